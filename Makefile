@@ -1,0 +1,24 @@
+# `make demo` and `make test` both set everything up first (idempotent), then run.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo lint clean
+
+setup:
+	@bash scripts/setup.sh
+
+test: setup
+	@echo "[test] running the test suite (tests/)" >&2
+	@$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+demo: setup
+	@echo "[demo] running the built-in demo" >&2
+	@$(VENV)/bin/retrieval demo --out demo-output
+
+lint: setup
+	@$(VENV)/bin/ruff check retrieval tests
+
+clean:
+	rm -rf demo-output .pytest_cache

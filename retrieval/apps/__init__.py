@@ -1,0 +1,1 @@
+"""User-facing applications: the ``retrieval`` command line."""

@@ -1,0 +1,3 @@
+from retrieval.apps.cli import main
+
+main()

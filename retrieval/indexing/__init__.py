@@ -1,0 +1,1 @@
+"""Vectors -> compact codes and searchable structures: PQ/ADC, IVFADC, binary codes, kernel embeddings, inverted files."""
