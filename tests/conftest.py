@@ -34,3 +34,54 @@ def shared_path(*parts) -> Path:
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     return shared_path()
+
+
+# --- features (issue 2): one extraction cache shared by every team's tests -------------------------------------
+FEATURE_CACHE = ROOT / ".cache" / "test-features"
+
+
+@pytest.fixture(scope="session")
+def features_of():
+    """``features_of(path, **extractor_params) -> LocalFeatures`` through a FeatureStore in .cache/test-features.
+
+    ``extractor_params`` are those of ``retrieval.features.FeatureExtractor`` (detector, max_side, threshold, ...);
+    the cache is keyed by file content and extractor configuration, so it is shared safely between tests and runs.
+    """
+    from retrieval.features import FeatureExtractor
+    from retrieval.features.store import FeatureStore
+
+    store = FeatureStore(FEATURE_CACHE)
+    extractors = {}
+
+    def get(path, **params):
+        key = repr(sorted(params.items()))
+        if key not in extractors:
+            extractors[key] = FeatureExtractor(**params)
+        return store.get_or_extract(Path(path), extractors[key])
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def minibench():
+    """``/work/shared/data/minibench.json`` parsed, with absolute paths.
+
+    Returns a dict: ``groups`` (list of {"name", "images": [abs path, ...]}; first = query), ``distractors``
+    (abs paths), ``images`` ({abs path: {"width", "height", "md5"}}), ``paths`` (every image, sorted).
+    Skips when the file is absent.
+    """
+    import json
+
+    p = shared_path("minibench.json")
+    raw = json.loads(p.read_text())
+    base = p.parent
+
+    def ab(rel):
+        return str((base / rel).resolve())
+
+    out = dict(raw)
+    out["groups"] = [{**g, "images": [ab(r) for r in g["images"]]} for g in raw["groups"]]
+    out["distractors"] = [ab(r) for r in raw.get("distractors", [])]
+    out["images"] = {ab(r): v for r, v in raw["images"].items()}
+    out["paths"] = sorted(out["images"])
+    return out

@@ -1,0 +1,233 @@
+"""Image loading: any common file -> a gray uint8 working image plus the scale back to original pixels.
+
+Conventions (documented in docs/formats.md, "Features"):
+
+- Orientation: the EXIF ``Orientation`` tag is applied first (``PIL.ImageOps.exif_transpose``); every size, frame
+  and box in the library is in pixels of the *original image after EXIF rotation*.
+- Pixel centres: the centre of the top-left pixel is ``(0, 0)``; the image covers ``[-0.5, w - 0.5]``. A working
+  image downscaled by ``s`` (original pixels per working pixel) maps working coordinates to original ones by
+  ``x_orig = s * (x_work + 0.5) - 0.5`` (:func:`working_to_original`).
+- Colour: gray = ITU-R 601-2 luma (Pillow's ``convert("L")``); transparent pixels are composited onto white;
+  CMYK goes through Pillow's CMYK -> RGB conversion; 16-bit gray is scaled by 255 / 65535.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retrieval._checks import check_scalar
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_SIDE = 1024
+DEFAULT_MAX_MEGAPIXELS = 150.0
+DEFAULT_MIN_SIDE = 16
+
+
+class ImageReadError(ValueError):
+    """An image file could not be read: it names the file and the reason (empty, truncated, not an image, ...)."""
+
+    def __init__(self, path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot read image {self.path!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    """A decoded image at the working scale.
+
+    Attributes
+    ----------
+    pixels : ndarray of shape (h, w), dtype uint8
+        Gray working image (C-contiguous).
+    scale : float
+        Original pixels per working pixel (>= 1; 1.0 when not downscaled): ``max(original_size) / max(h, w)``.
+    original_size : tuple of int
+        ``(width, height)`` of the original image after EXIF orientation.
+    orientation : int
+        The EXIF orientation tag that was applied (1 = none, 6 = rotate 90 degrees clockwise, ...).
+    path : str or None
+        The file it came from.
+    scale_xy : tuple of float
+        Exact per-axis scales ``(W / w, H / h)`` used to map frames back (they differ from ``scale`` only by
+        the rounding of the working size).
+    """
+
+    pixels: np.ndarray
+    scale: float
+    original_size: tuple[int, int]
+    orientation: int = 1
+    path: str | None = None
+    scale_xy: tuple[float, float] = (1.0, 1.0)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(w, h)`` of the working image."""
+        return (int(self.pixels.shape[1]), int(self.pixels.shape[0]))
+
+    @classmethod
+    def from_array(cls, pixels, *, path=None) -> LoadedImage:
+        """Wrap a gray (h, w) or colour (h, w, 3) uint8 array already at original scale (scale 1)."""
+        arr = np.asarray(pixels)
+        if arr.ndim == 3 and arr.shape[2] in (3, 4):
+            arr = (arr[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)).round()
+        if arr.ndim != 2:
+            raise ValueError(f"pixels must have shape (h, w) or (h, w, 3); got {np.shape(pixels)}.")
+        arr = np.ascontiguousarray(np.clip(arr, 0, 255).astype(np.uint8))
+        h, w = arr.shape
+        return cls(arr, 1.0, (int(w), int(h)), 1, None if path is None else str(path), (1.0, 1.0))
+
+
+def working_to_original(xy, scale_xy) -> np.ndarray:
+    """Map working-image coordinates to original-image coordinates (pixel-centre convention, module doc).
+
+    Parameters
+    ----------
+    xy : ndarray of shape (n, 2), float
+    scale_xy : (float, float)
+
+    Returns
+    -------
+    ndarray of shape (n, 2), dtype float32
+    """
+    xy = np.asarray(xy, dtype=np.float64)
+    s = np.asarray(scale_xy, dtype=np.float64)
+    return (s * (xy + 0.5) - 0.5).astype(np.float32)
+
+
+def _to_gray(img, path) -> np.ndarray:
+    from PIL import Image
+
+    mode = img.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        arr = np.asarray(img)
+        if arr.dtype.kind in "ui" and mode.startswith("I;16"):
+            arr = arr.astype(np.float32) * (255.0 / 65535.0)
+        else:  # 32-bit integer mode: Pillow opens 16-bit PNG/TIFF gray into it
+            arr = arr.astype(np.float64)
+            top = 65535.0 if arr.max(initial=0) > 255 else 255.0
+            arr = arr * (255.0 / top)
+        return np.clip(np.rint(arr), 0, 255).astype(np.uint8)
+    if mode == "F":
+        arr = np.asarray(img, dtype=np.float64)
+        top = 1.0 if arr.max(initial=0) <= 1.0 else 255.0
+        return np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
+    if mode == "1":
+        return np.asarray(img.convert("L"), dtype=np.uint8)
+    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or (mode == "P" and "transparency" in img.info) or (
+        mode in ("L", "RGB") and "transparency" in img.info)
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, rgba)
+    if img.mode == "CMYK":
+        img = img.convert("RGB")
+    if img.mode != "L":
+        img = img.convert("L")
+    return np.asarray(img, dtype=np.uint8)
+
+
+def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
+               min_side: int = DEFAULT_MIN_SIDE) -> LoadedImage:
+    """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``.
+
+    The usual Holidays/Oxford practice: images are processed with their larger side at most 1024 px and
+    features reported in original coordinates (seed 002, section II, "experimental setup of [12]").
+
+    Parameters
+    ----------
+    path : str or Path
+        JPEG, PNG, TIFF, WebP, BMP (anything Pillow reads) in modes L, RGB, RGBA, P (+transparency), CMYK,
+        I;16 / I (16-bit), F, 1.
+    max_side : int or None
+        The working image's larger side is at most this (area-averaging downscale); None keeps full size.
+    max_megapixels : float
+        Images larger than this (width * height / 1e6, read from the header before decoding) are refused
+        (decompression-bomb guard). Pillow's own guard also refuses more than about 179 MP.
+    min_side : int
+        Images whose smaller side is below this are refused.
+
+    Returns
+    -------
+    LoadedImage
+
+    Raises
+    ------
+    ImageReadError
+        0-byte, truncated, corrupt or non-image file, too large or too small; the message names the file.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if max_side is not None:
+        check_scalar(max_side, "max_side", "load_image", low=8)
+    check_scalar(max_megapixels, "max_megapixels", "load_image", kind=numbers.Real, low=0.0, closed="neither")
+    check_scalar(min_side, "min_side", "load_image", low=1)
+    path = Path(path)
+    try:
+        size_bytes = os.path.getsize(path)
+    except OSError as exc:
+        raise ImageReadError(path, f"file not found or unreadable ({exc.strerror or exc})") from None
+    if size_bytes == 0:
+        raise ImageReadError(path, "the file is empty (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(path)
+    except UnidentifiedImageError:
+        raise ImageReadError(path, "not an image file (unknown format)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageReadError(path, f"too large: {exc}") from None
+    except OSError as exc:
+        raise ImageReadError(path, f"unreadable ({exc})") from None
+    with img:
+        w0, h0 = img.size
+        if w0 * h0 > max_megapixels * 1e6:
+            raise ImageReadError(path, f"too large: {w0}x{h0} = {w0 * h0 / 1e6:.1f} megapixels, more than "
+                                       f"max_megapixels={max_megapixels} (decompression-bomb guard)")
+        if min(w0, h0) < min_side:
+            raise ImageReadError(path, f"too small: {w0}x{h0} pixels, expected at least min_side={min_side} "
+                                       f"pixels per side")
+        try:
+            exif = img.getexif()
+            orientation = int(exif.get(0x0112, 1) or 1)
+        except Exception:  # noqa: BLE001 - a broken EXIF block must not prevent reading the pixels
+            orientation = 1
+        if orientation not in range(1, 9):
+            orientation = 1
+        W, H = (h0, w0) if orientation in (5, 6, 7, 8) else (w0, h0)
+        target = None
+        if max_side is not None and max(W, H) > max_side:
+            f = max_side / max(W, H)
+            target = (max(1, round(W * f)), max(1, round(H * f)))
+        try:
+            if target is not None and img.format == "JPEG" and img.mode in ("L", "RGB", "YCbCr"):
+                # DCT-domain reduction by a power of two, never below the target (then exact resize below)
+                req = (target[1], target[0]) if orientation in (5, 6, 7, 8) else target
+                img.draft(img.mode, req)
+            img.load()
+            oriented = ImageOps.exif_transpose(img) if orientation != 1 else img
+            gray = _to_gray(oriented, path)
+        except ImageReadError:
+            raise
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise ImageReadError(path, f"corrupt or truncated image data ({exc})") from None
+    if target is not None and (gray.shape[1], gray.shape[0]) != target:
+        gray = _resize(gray, target)
+    h, w = gray.shape
+    return LoadedImage(pixels=np.ascontiguousarray(gray), scale=max(W, H) / max(w, h), original_size=(W, H),
+                       orientation=orientation, path=str(path), scale_xy=(W / w, H / h))
+
+
+def _resize(gray: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Area-averaging downscale (OpenCV INTER_AREA) of a uint8 (h, w) image to ``size`` = (w, h)."""
+    import cv2
+
+    return cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
