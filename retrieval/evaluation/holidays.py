@@ -77,7 +77,11 @@ def parse_holidays_gt(lines) -> HolidaysGroundTruth:
 def load_holidays_gt(path) -> HolidaysGroundTruth:
     """Read the official ``holidays_images.dat``."""
     path = Path(path)
-    return parse_holidays_gt(path.read_text(encoding="utf-8").splitlines())
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file; expected the official holidays_images.dat.") from None
+    return parse_holidays_gt(text.splitlines())
 
 
 def parse_holidays_results(lines, *, source: str = "results") -> list:
