@@ -1,0 +1,510 @@
+"""The pipeline that chains the stages from a named preset: extraction -> aggregation -> codes -> search.
+
+One backend class per preset ``kind`` behind one small interface (:class:`Backend`):
+
+- ``global`` (:class:`GlobalBackend`): RootSIFT, local PCA to 64-d, a Fisher vector or VLAD (seed 002 eq. 6 /
+  eq. 18, power + L2 normalisation eq. 7), optional PCA of the aggregated vector, then exhaustive inner-product
+  search, or IVFADC (seed 002 sec. V-A) once the collection has ``index.min_images`` images;
+- ``binary`` (:mod:`retrieval.pipeline_backends`): the same vector turned into a binary code searched with an
+  asymmetric distance (seed 000);
+- ``object`` (:mod:`retrieval.pipeline_backends`): the large-vocabulary inverted file with delta_1 of seed 003,
+  through :class:`retrieval.object_search.ObjectSearcher`.
+
+The interface: ``train(sample)`` learns the model from a sample of the collection's features, ``save_model`` /
+``load_model`` persist it in the index's ``model/`` folder, ``add(ids, features)`` / ``remove(ids)`` change the
+searchable state, ``save_state(folder)`` / ``load_state(folder)`` persist that state in one *generation* folder of
+the index, and ``search(features, k, ...)`` returns :class:`Hit` records. Spatial re-ranking of a shortlist
+(:func:`spatial_rerank`, Philbin et al. 2007) is shared by the global and binary backends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.catalog import crash_point
+from retrieval.persistence import atomic_write, load_estimator
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = "retrieval-index-state"
+STATE_FORMAT_VERSION = 1
+
+
+@dataclass
+class Hit:
+    """One result of a backend search.
+
+    Attributes
+    ----------
+    id : int
+        Image id (the catalog's ``images.id``).
+    score : float
+        First-stage similarity, higher is better (inner product of unit vectors for ``global``; minus the
+        asymmetric distance for ``binary``; minus the dissimilarity for ``object``).
+    inliers : int or None
+        Spatially verified inliers, when re-ranked.
+    box : tuple of 4 float or None
+        The matched region ``x1, y1, x2, y2`` in the database image (original pixels), when verified.
+    """
+
+    id: int
+    score: float
+    inliers: int | None = None
+    box: tuple[float, float, float, float] | None = None
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def write_npy(path, array: np.ndarray) -> None:
+    """Write one ``.npy`` in two halves with the ``array`` crash point between them (fault-injection tests).
+
+    Callers write into a temporary generation folder that is renamed only when complete, so a half-written
+    file is never visible.
+    """
+    array = np.ascontiguousarray(array)
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+        raw = array.tobytes()
+        half = len(raw) // 2
+        fh.write(raw[:half])
+        fh.flush()
+        crash_point("array")
+        fh.write(raw[half:])
+        fh.flush()
+        import os
+
+        os.fsync(fh.fileno())
+
+
+def read_npy(path, mmap: bool = True) -> np.ndarray:
+    """Read an ``.npy`` (memory-mapped when ``mmap``), never unpickling."""
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def sample_descriptors(descriptor_arrays: Sequence[np.ndarray], max_total: int, rng) -> np.ndarray:
+    """Draw at most ``max_total`` rows, evenly over images, from a list of (n_i, d) arrays; returns (m, d)."""
+    arrays = [a for a in descriptor_arrays if len(a)]
+    if not arrays:
+        raise ValueError("no local features in the training images: cannot train a model (are the images "
+                         "blank or too small?).")
+    per = max(1, max_total // len(arrays))
+    out = []
+    for a in arrays:
+        if len(a) > per:
+            a = a[np.sort(rng.choice(len(a), per, replace=False))]
+        out.append(a)
+    return np.concatenate(out, axis=0)
+
+
+def tentative_matches(desc_q: np.ndarray, desc_db: np.ndarray, ratio: float = 0.85) -> np.ndarray:
+    """Nearest-neighbour matches passing Lowe's ratio test (on RootSIFT, Euclidean).
+
+    Parameters
+    ----------
+    desc_q : ndarray of shape (nq, 128), float32
+    desc_db : ndarray of shape (ndb, 128), float32
+
+    Returns
+    -------
+    ndarray of shape (m, 2), dtype int64 — pairs (query index, database index).
+    """
+    if len(desc_q) == 0 or len(desc_db) < 2:
+        return np.empty((0, 2), np.int64)
+    import cv2
+
+    matcher = cv2.BFMatcher(cv2.NORM_L2)
+    knn = matcher.knnMatch(np.ascontiguousarray(desc_q, np.float32), np.ascontiguousarray(desc_db, np.float32), k=2)
+    pairs = [(m[0].queryIdx, m[0].trainIdx) for m in knn if len(m) == 2 and m[0].distance < ratio * m[1].distance]
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def project_box(box, transform, size) -> tuple[float, float, float, float] | None:
+    """Bounding box of the 4 corners of ``box`` mapped by ``transform`` (2x3 affine or 3x3 homography),
+    clipped to the image ``size = (w, h)``; None when it falls outside."""
+    T = np.asarray(transform, dtype=np.float64)
+    if T.shape == (2, 3):
+        T = np.vstack([T, [0.0, 0.0, 1.0]])
+    x1, y1, x2, y2 = box
+    pts = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]], dtype=np.float64)
+    q = pts @ T.T
+    if np.any(np.abs(q[:, 2]) < 1e-12):
+        return None
+    q = q[:, :2] / q[:, 2:3]
+    w, h = size
+    bx1, by1 = np.clip(q.min(axis=0), 0, [w - 1, h - 1])
+    bx2, by2 = np.clip(q.max(axis=0), 0, [w - 1, h - 1])
+    if bx2 <= bx1 or by2 <= by1:
+        return None
+    return float(bx1), float(by1), float(bx2), float(by2)
+
+
+def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *, shortlist: int,
+                   min_inliers: int, ratio: float) -> list[Hit]:
+    """Re-rank the first ``shortlist`` hits by the number of spatially verified inliers.
+
+    Tentative matches by a ratio test on RootSIFT, then :func:`retrieval.features.verify_affine` (fast affine
+    hypotheses from single frame correspondences, Philbin et al. 2007). Hits with at least ``min_inliers``
+    come first, by decreasing inliers (ties by first-stage score), then the rest in their first-stage order.
+
+    Parameters
+    ----------
+    hits : list of Hit, best first
+    query : LocalFeatures — the query's features (already restricted to the box)
+    query_box : (x1, y1, x2, y2) — the query region, projected into each verified image to give its box
+    get_features : callable(id) -> LocalFeatures — the stored features of a database image
+    """
+    try:
+        from retrieval.features import root_sift, verify_affine
+    except ImportError as exc:
+        raise ValueError(f"spatial re-ranking needs retrieval.features.verify_affine (issue 2), which is not "
+                         f"available: {exc}. Use --rerank none.") from None
+    if len(query) == 0 or not hits:
+        return hits
+    dq = root_sift(query.descriptors)
+    head, tail = hits[:shortlist], hits[shortlist:]
+    verified, unverified = [], []
+    for hit in head:
+        db = get_features(hit.id)
+        matches = tentative_matches(dq, root_sift(db.descriptors), ratio) if len(db) else np.empty((0, 2), int)
+        n_in, transform = 0, None
+        if len(matches) >= 3:
+            mask, transform = verify_affine(query.frames, db.frames, matches)
+            n_in = int(np.count_nonzero(mask))
+        hit.inliers = n_in
+        if n_in >= min_inliers and transform is not None:
+            hit.box = project_box(query_box, transform, db.image_size)
+            verified.append(hit)
+        else:
+            unverified.append(hit)
+    verified.sort(key=lambda h: (-h.inliers, -h.score))
+    return verified + unverified + tail
+
+
+def spatial_available() -> bool:
+    """True when :func:`retrieval.features.verify_affine` (issue 2) is installed."""
+    try:
+        from retrieval.features import verify_affine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def default_rerank(search: dict) -> str:
+    """The preset's default re-ranking; ``spatial`` degrades to ``none`` with a warning when verification is
+    not installed (an explicit ``rerank="spatial"`` raises instead)."""
+    rerank = search.get("rerank", "none")
+    if rerank == "spatial" and not spatial_available():
+        logger.warning("spatial re-ranking skipped: retrieval.features.verify_affine is not available")
+        return "none"
+    return rerank
+
+
+# ---------------------------------------------------------------------------------------------- backends
+class Backend:
+    """The interface every preset kind implements (see the module docstring)."""
+
+    kind = "abstract"
+
+    def __init__(self, preset: dict):
+        self.preset = preset
+        self.trained = False
+
+    # model
+    def train(self, features_of: Callable[[int], object], n_images: int, progress=None) -> None:
+        raise NotImplementedError
+
+    def save_model(self, folder: Path) -> dict:
+        raise NotImplementedError
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        raise NotImplementedError
+
+    # state
+    def add(self, ids: np.ndarray, features: Sequence, progress=None) -> None:
+        raise NotImplementedError
+
+    def remove(self, ids) -> None:
+        raise NotImplementedError
+
+    def save_state(self, folder: Path) -> None:
+        raise NotImplementedError
+
+    def load_state(self, folder: Path | None) -> None:
+        raise NotImplementedError
+
+    @property
+    def ids(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
+               **options) -> list[Hit]:
+        raise NotImplementedError
+
+
+class GlobalBackend(Backend):
+    """One global vector per image: RootSIFT -> LocalPCA -> Fisher/VLAD -> (PCA) -> L2; exhaustive or IVFADC.
+
+    State arrays (generation folder): ``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') float32 (unit rows),
+    and ``ivfadc/`` when the collection reached ``index.min_images`` and :class:`retrieval.indexing.IVFADC` is
+    available.
+    """
+
+    kind = "global"
+
+    def __init__(self, preset: dict):
+        super().__init__(preset)
+        self.local_pca = None
+        self.aggregator = None
+        self.projection = None
+        self._ids = np.empty(0, np.int64)
+        self._vectors = None
+        self.ivf = None
+
+    # ------------------------------------------------------------------ model
+    def _fit_vocabulary(self, X: np.ndarray, rng):
+        agg = self.preset["aggregation"]
+        seed = int(rng.integers(2**31 - 1))
+        import retrieval.aggregation as A
+
+        if agg["method"] == "fisher":
+            model = A.FisherVector(n_components=int(agg["n_components"]), alpha=float(agg.get("alpha", 0.5)),
+                                   random_state=seed)
+        elif agg["method"] == "vlad":
+            model = A.VLAD(n_clusters=int(agg["n_components"]), alpha=float(agg.get("alpha", 0.5)),
+                           random_state=seed)
+        else:
+            raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be 'fisher' or 'vlad'; "
+                             f"got {agg['method']!r}.")
+        return model.fit(X)
+
+    def train(self, features_of, n_images: int, progress=None) -> None:
+        """Learn local PCA, the vocabulary and the global PCA from ``n_images`` training images.
+
+        ``features_of(i)`` returns the :class:`LocalFeatures` of training image ``i``.
+        """
+        from retrieval._checks import check_random_state
+        from retrieval.features import LocalPCA, root_sift
+
+        tr = self.preset.get("training", {})
+        rng = check_random_state(int(tr.get("random_state", 0)))
+        descs = [root_sift(features_of(i).descriptors) for i in range(n_images)]
+        X = sample_descriptors(descs, int(tr.get("max_descriptors", 200000)), rng)
+        lp = self.preset["local_pca"]
+        n_comp = min(int(lp["n_components"]), X.shape[1])
+        if len(X) < n_comp:
+            raise ValueError(f"only {len(X)} local features in the training images; the local PCA needs at "
+                             f"least {n_comp}.")
+        self.local_pca = LocalPCA(n_components=n_comp, whiten=bool(lp.get("whiten", False)),
+                                  random_state=int(rng.integers(2**31 - 1))).fit(X)
+        if progress:
+            progress(1, 3)
+        crash_point("train")
+        Xp = self.local_pca.transform(X)
+        self.aggregator = self._fit_vocabulary(Xp, rng)
+        if progress:
+            progress(2, 3)
+        self.projection = None
+        proj = self.preset.get("projection")
+        if proj:
+            n_out = int(proj["n_components"])
+            if n_images >= 2 * n_out:
+                V = self._aggregate([features_of(i) for i in range(n_images)], project=False)
+                from retrieval.aggregation import PCAProjection
+
+                self.projection = PCAProjection(n_components=n_out, whiten=bool(proj.get("whiten", False)),
+                                                renormalize=bool(proj.get("renormalize", False)),
+                                                random_state=int(rng.integers(2**31 - 1))).fit(V)
+            else:
+                logger.info("projection to %d dimensions skipped: only %d training images (needs %d)",
+                            n_out, n_images, 2 * n_out)
+        if progress:
+            progress(3, 3)
+        self.trained = True
+
+    def save_model(self, folder: Path) -> dict:
+        folder = Path(folder)
+        self.local_pca.save(folder / "local_pca.npz")
+        self.aggregator.save(folder / "aggregator.npz")
+        files = ["local_pca.npz", "aggregator.npz"]
+        if self.projection is not None:
+            self.projection.save(folder / "projection.npz")
+            files.append("projection.npz")
+        return {"files": files, "dim": int(self.dim)}
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        folder = Path(folder)
+        self.local_pca = load_estimator(folder / "local_pca.npz")
+        self.aggregator = load_estimator(folder / "aggregator.npz")
+        self.projection = load_estimator(folder / "projection.npz") if "projection.npz" in info["files"] else None
+        self.trained = True
+
+    @property
+    def dim(self) -> int:
+        if self.projection is not None:
+            return int(self.projection.n_components)
+        agg = self.preset["aggregation"]
+        return int(agg["n_components"]) * int(self.local_pca.n_components)
+
+    # ------------------------------------------------------------------ encoding
+    def _aggregate(self, features: Sequence, project: bool = True) -> np.ndarray:
+        from retrieval.aggregation import l2_normalize
+        from retrieval.features import root_sift
+
+        descs = [self.local_pca.transform(root_sift(f.descriptors)) if len(f) else
+                 np.zeros((0, self.local_pca.n_components), np.float32) for f in features]
+        V = np.asarray(self.aggregator.transform(descs), dtype=np.float32)
+        if project and self.projection is not None:
+            V = self.projection.transform(V)
+        return np.asarray(l2_normalize(V), dtype=np.float32)
+
+    def encode(self, features: Sequence) -> np.ndarray:
+        """Global vectors of images, ndarray of shape (n, D'), float32, unit rows (zero for no features)."""
+        return self._aggregate(features)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids
+
+    def add(self, ids, features, progress=None) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        chunks = []
+        step = 64
+        half = len(features) // 2
+        for s in range(0, len(features), step):
+            chunks.append(self.encode(features[s:s + step]))
+            if progress:
+                progress(min(s + step, len(features)), len(features))
+            if s <= half < s + step:
+                crash_point("encode")
+        V = np.concatenate(chunks, axis=0)
+        old = np.empty((0, V.shape[1]), np.float32) if self._vectors is None else np.asarray(self._vectors)
+        self._vectors = np.concatenate([old, V], axis=0)
+        self._ids = np.concatenate([self._ids, ids])
+        self.ivf = None  # rebuilt at save time
+
+    def remove(self, ids) -> None:
+        ids = np.asarray(list(ids), dtype=np.int64)
+        if len(ids) == 0 or len(self._ids) == 0:
+            return
+        keep = ~np.isin(self._ids, ids)
+        self._ids = self._ids[keep]
+        self._vectors = np.asarray(self._vectors)[keep]
+        self.ivf = None
+
+    def save_state(self, folder: Path) -> None:
+        folder = Path(folder)
+        vectors = np.zeros((0, self.dim), np.float32) if self._vectors is None else np.asarray(self._vectors)
+        write_npy(folder / "ids.npy", self._ids)
+        write_npy(folder / "vectors.npy", vectors)
+        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
+                  "ntotal": int(len(self._ids)), "dim": int(vectors.shape[1]), "ivfadc": False}
+        ix = self.preset.get("index", {})
+        if ix.get("type") == "ivfadc" and len(self._ids) >= int(ix.get("min_images", 4096)):
+            ivf = self._build_ivfadc(vectors)
+            if ivf is not None:
+                ivf.save(folder / "ivfadc")
+                header["ivfadc"] = True
+                self.ivf = ivf
+        with atomic_write(folder / "state.json", "w") as fh:
+            json.dump(header, fh, indent=2, sort_keys=True)
+
+    def _build_ivfadc(self, vectors):
+        try:
+            from retrieval.indexing import IVFADC
+        except ImportError:
+            logger.warning("retrieval.indexing.IVFADC is not available: searching exhaustively")
+            return None
+        ix = self.preset["index"]
+        n = len(vectors)
+        nlist = int(min(int(ix["nlist"]), max(1, n // 39)))
+        M = int(ix["M"])
+        if vectors.shape[1] % M:
+            M = next(m for m in (32, 16, 8, 4, 2, 1) if vectors.shape[1] % m == 0)
+        tr = self.preset.get("training", {})
+        ivf = IVFADC(nlist=nlist, M=M, nbits=int(ix["nbits"]), nprobe=min(int(ix["nprobe"]), nlist),
+                     random_state=int(tr.get("random_state", 0)))
+        ivf.fit(vectors)
+        ivf.add(vectors, ids=self._ids)
+        return ivf
+
+    def load_state(self, folder: Path | None) -> None:
+        if folder is None:
+            self._ids = np.empty(0, np.int64)
+            self._vectors = None
+            self.ivf = None
+            return
+        folder = Path(folder)
+        header = json.loads((folder / "state.json").read_text("utf-8"))
+        if header.get("format") != STATE_FORMAT or header.get("format_version") != STATE_FORMAT_VERSION:
+            raise ValueError(f"{folder}: index state format {header.get('format')!r} version "
+                             f"{header.get('format_version')!r}; expected {STATE_FORMAT!r} {STATE_FORMAT_VERSION}.")
+        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
+        self._vectors = read_npy(folder / "vectors.npy", mmap=True)
+        self.ivf = None
+        if header.get("ivfadc"):
+            from retrieval.indexing import IVFADC
+
+            self.ivf = IVFADC.load(folder / "ivfadc")
+
+    # ------------------------------------------------------------------ search
+    def first_stage(self, q: np.ndarray, k: int) -> list[Hit]:
+        """Top ``k`` by inner product (exhaustive) or by IVFADC distance then exact inner product."""
+        n = len(self._ids)
+        if n == 0:
+            return []
+        if self.ivf is not None:
+            short = max(k, int(self.preset["index"].get("shortlist", 256)))
+            _, cand = self.ivf.search(q[None, :], min(short, n))
+            cand = cand[0][cand[0] >= 0]
+            rows = np.flatnonzero(np.isin(self._ids, cand))
+        else:
+            rows = np.arange(n)
+        scores = np.asarray(self._vectors[rows] @ q, dtype=np.float64)
+        kk = min(k, len(rows))
+        top = np.argpartition(-scores, kk - 1)[:kk]
+        top = top[np.lexsort((self._ids[rows[top]], -scores[top]))]
+        return [Hit(int(self._ids[rows[t]]), float(scores[t])) for t in top]
+
+    def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
+               **options) -> list[Hit]:
+        if options:
+            raise ValueError(f"preset {self.preset['name']!r} (kind global) takes no option(s) "
+                             f"{', '.join(sorted(options))}.")
+        s = self.preset.get("search", {})
+        method = method or s.get("method", "ip")
+        if method not in ("ip",):
+            raise ValueError(f"--method {method!r} is not offered by preset {self.preset['name']!r} "
+                             f"(kind global): use 'ip' (inner product of global vectors).")
+        rerank = rerank or default_rerank(s)
+        if rerank not in ("none", "spatial"):
+            raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
+                             f"got {rerank!r}.")
+        q = self.encode([query])[0]
+        shortlist = int(s.get("shortlist", 50))
+        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k)
+        if rerank == "spatial":
+            hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
+                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)))
+        return hits[:k]
+
+
+def make_backend(preset: dict) -> Backend:
+    """The backend for ``preset['kind']``."""
+    kind = preset["kind"]
+    if kind == "global":
+        return GlobalBackend(preset)
+    from retrieval import pipeline_backends
+
+    if kind == "binary":
+        return pipeline_backends.BinaryBackend(preset)
+    if kind == "object":
+        return pipeline_backends.ObjectBackend(preset)
+    raise ValueError(f"preset {preset['name']!r}: unknown kind {kind!r}.")
