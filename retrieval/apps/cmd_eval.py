@@ -78,3 +78,63 @@ def eval_score(protocol, results, gt, as_json):
         click.echo(score.format(results))  # missing queries are warned about on stderr by the scorer
     else:
         click.echo(score.format())
+
+
+@data.command("download")
+@click.argument("dataset")
+@click.option("--root", required=True, type=click.Path(file_okay=False), help="Dataset folder.")
+@click.option("--base-url", default=None, help="Mirror: fetch <BASE_URL>/<archive name> instead of the manifest URL.")
+@click.option("--remove-archives", is_flag=True, help="Delete each archive after extracting it.")
+@click.option("--timeout", default=60.0, show_default=True, help="Network timeout in seconds.")
+@click.pass_context
+def data_download(ctx, dataset, root, base_url, remove_archives, timeout):
+    """Download DATASET (a name from `retrieval data list`, or a manifest .json) into ROOT.
+
+    Resumable (run it again after an interruption), checksum-verified, safe against archives that try to write
+    outside ROOT. Ends with the check of ROOT against the dataset's official file list.
+    """
+    from retrieval.datasets.download import download_dataset
+    from retrieval.progress import progress_bar
+
+    bars = {}
+
+    def progress(name, done, total):
+        bar = bars.get(name)
+        if bar is None:
+            bar = bars[name] = progress_bar(total or None, name, enabled=not ctx.obj.get("quiet"), unit="B")
+        bar.update(done - bar.n)
+
+    try:
+        report = download_dataset(dataset, root, base_url=base_url, keep_archives=not remove_archives,
+                                  timeout=timeout, progress=progress)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    click.echo(report.message())
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@data.command("check")
+@click.argument("dataset")
+@click.option("--root", required=True, type=click.Path(file_okay=False), help="Dataset folder.")
+@click.option("--md5", is_flag=True, help="Also verify the per-file checksums the manifest gives.")
+def data_check(dataset, root, md5):
+    """Check ROOT against DATASET's official file list and say exactly what is missing."""
+    from retrieval.datasets.manifest import check_files, load_manifest
+
+    report = check_files(load_manifest(dataset), root, verify_checksums=md5)
+    click.echo(report.message())
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@data.command("list")
+def data_list():
+    """The datasets with a bundled manifest."""
+    from retrieval.datasets.manifest import load_manifest, manifest_names
+
+    for name in manifest_names():
+        m = load_manifest(name)
+        auto = "download" if m.get("archives") else "manual"
+        click.echo(f"{name:12s} {auto:8s} {m.get('description', '')}")

@@ -57,8 +57,11 @@ def validate_manifest(m, where: str) -> dict:
     for i, a in enumerate(m.get("archives", [])):
         if "url" not in a or "filename" not in a:
             raise ValueError(f"manifest {where}: archives[{i}] needs 'url' and 'filename'.")
-        if "/" in a["filename"] or a["filename"] in ("", ".", ".."):
+        if "/" in a["filename"] or "\\" in a["filename"] or a["filename"] in ("", ".", ".."):
             raise ValueError(f"manifest {where}: archives[{i}] filename {a['filename']!r} must be a plain name.")
+        into = a.get("into", ".")
+        if Path(into).is_absolute() or ".." in Path(into).parts:
+            raise ValueError(f"manifest {where}: archives[{i}] 'into' {into!r} must be a folder inside the root.")
     return m
 
 
