@@ -1,6 +1,7 @@
 """VLAD, the vector of locally aggregated descriptors (seed 002 sec. III-C, eq. 18 and Algorithm 1): for each
 k-means word mu_i, the sum of the residuals x_t - mu_i of the descriptors whose nearest word is mu_i;
-optional intra-normalisation (Arandjelovic & Zisserman, CVPR 2013), then power normalisation (eq. 7) and L2.
+power normalisation (eq. 7), optional intra-normalisation (Arandjelovic & Zisserman, CVPR 2013: each word's
+block divided by its L2 norm), then global L2 -- the order of VLFeat's ``vl_vlad``.
 
 Layout: the K blocks of d residual sums v_1..v_K (the same as VLFeat's ``vl_vlad``).
 """
@@ -22,6 +23,14 @@ __all__ = ["VLAD", "vlad_vector"]
 _OWNER = "VLAD"
 
 
+def _intra_normalize(V, K):
+    """L2-normalise each of the K blocks of every row of V (n, K d) in place; zero blocks stay zero."""
+    B = V.reshape(V.shape[0], K, -1)
+    norms = np.linalg.norm(B, axis=2, keepdims=True)
+    np.divide(B, norms, out=B, where=norms > 0)
+    return V
+
+
 def _vlad_raw(X, C, c_sq, intra):
     K, d = C.shape
     labels, _ = nearest_centers(X, C, c_sq)
@@ -32,10 +41,9 @@ def _vlad_raw(X, C, c_sq, intra):
     S = np.zeros((K, d))
     nz = counts > 0
     S[nz] = np.add.reduceat(Xs, starts[nz], axis=0)
-    V = S - counts[:, None] * C.astype(np.float64)  # eq. 18
+    V = (S - counts[:, None] * C.astype(np.float64)).reshape(1, -1)  # eq. 18
     if intra:
-        norms = np.linalg.norm(V, axis=1)
-        V[norms > 0] /= norms[norms > 0, None]
+        _intra_normalize(V, K)
     return V.ravel()
 
 
@@ -67,7 +75,8 @@ class VLAD(PersistableMixin):
     alpha : float in (0, 1]
         Power normalisation exponent (eq. 7); Algorithm 1's power step; 1 disables it.
     intra_normalize : bool
-        L2-normalise each word's residual sum before the power and global L2 steps.
+        L2-normalise each word's block after the power step and before the global L2 step (VLFeat's
+        ``NormalizeComponents``).
     normalize : {"l2", None}
         Final L2 normalisation.
     kmeans_params : dict or None
@@ -152,11 +161,12 @@ class VLAD(PersistableMixin):
         self._check_params()
         C = self.cluster_centers_
         c_sq = np.einsum("ij,ij->i", C, C)
-        intra = self.intra_normalize
-        V, empty = encode_all(descriptor_sets, lambda X: _vlad_raw(X, C, c_sq, intra), self.dim_, names=names,
+        V, empty = encode_all(descriptor_sets, lambda X: _vlad_raw(X, C, c_sq, False), self.dim_, names=names,
                               progress=progress, owner=_OWNER, d=self.n_features_in_)
         if self.alpha != 1:
             V = power_normalize(V, self.alpha)
+        if self.intra_normalize:
+            V = _intra_normalize(V, C.shape[0])
         if self.normalize == "l2":
             V = l2_normalize(V)
         return (V, empty) if return_empty else V
