@@ -140,7 +140,7 @@ class KPCALSH(BinaryEmbedding):
 
     def _extra_state(self):
         k = self.kpca_
-        return ({"kpca_n_components_": k.n_components_, "kpca_d_": k.d_},
+        return ({"kpca_ncomp": k.n_components_, "kpca_dim": k.d_},
                 {"kpca_landmarks": k.landmarks_, "kpca_coef": k.coef_, "kpca_offset": k.offset_,
                  "kpca_eigenvalues": k.eigenvalues_, "kpca_mean_coef": k.mean_coef_})
 
@@ -149,5 +149,5 @@ class KPCALSH(BinaryEmbedding):
         k = KernelPCAEmbedding(self.kernel, len(arrays["kpca_landmarks"]), E, gamma=self.gamma)
         k.landmarks_, k.coef_, k.offset_ = arrays["kpca_landmarks"], arrays["kpca_coef"], arrays["kpca_offset"]
         k.eigenvalues_, k.mean_coef_ = arrays["kpca_eigenvalues"], arrays["kpca_mean_coef"]
-        k.n_components_, k.d_ = attributes["kpca_n_components_"], attributes["kpca_d_"]
+        k.n_components_, k.d_ = attributes["kpca_ncomp"], attributes["kpca_dim"]
         self.kpca_ = k
