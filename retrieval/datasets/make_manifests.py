@@ -43,7 +43,8 @@ def build(data: Path) -> dict:
               "https://lear.inrialpes.fr/people/jegou/data.php", "INRIA, research use",
               "holidays_images.dat of the official evaluation package")
     m["filesets"].append({"name": "images", "folder": "jpg", "names": list(hol.names), "count": len(hol.names)})
-    m["archives"] = [_archive(f"{INRIA}/jpg1.tar.gz"), _archive(f"{INRIA}/jpg2.tar.gz")]
+    m["archives"] = [_archive(f"{INRIA}/jpg1.tar.gz", into="jpg", flatten=True),
+                     _archive(f"{INRIA}/jpg2.tar.gz", into="jpg", flatten=True)]
     m["notes"] = ("The rotation-corrected copy (images turned upright by hand) is not an official archive: put it in "
                   "'jpg_rotated/' with the same names and load with rotated=True.")
     out["holidays"] = m
