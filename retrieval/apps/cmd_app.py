@@ -34,16 +34,19 @@ def _quiet(ctx, quiet: bool) -> bool:
 @main.command("index")
 @click.argument("photo_dir", type=click.Path(file_okay=False, path_type=str))
 @_index_option
-@click.option("--preset", default="default", show_default=True,
-              help="Preset name (see 'retrieval presets') or a preset .json file; only used to create the index.")
+@click.option("--preset", default=None,
+              help="Preset name (see 'retrieval presets') or a preset .json file, for a new index [default: "
+                   "default]; an existing index keeps its own (giving another one is an error).")
 @click.option("--model", "model_dir", default=None, metavar="DIR",
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
+@click.option("--feature-store", default=None, metavar="DIR",
+              help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
 @click.option("--workers", type=click.IntRange(1, None), default=None, help="Extraction processes (default: cores).")
 @click.option("--skip-errors", is_flag=True, help="Exit 0 even when some files could not be read.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
 @click.pass_context
-def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, workers, skip_errors, quiet, as_json):
+def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, workers, skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -56,9 +59,15 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, workers, skip_errors
     if not files:
         raise click.ClickException(f"photo folder {photo_dir!r} holds no images (jpg, jpeg, png, tif, tiff, "
                                    f"webp, bmp; hidden files are skipped).")
-    idx = Index.create(index_dir, preset=preset, model=model_dir, exist_ok=True)
+    from pathlib import Path
+
+    if preset is None and (Path(index_dir) / "catalog.db").exists():
+        idx = Index.open(index_dir)
+    else:
+        idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
+                           exist_ok=True)
     if model_dir and idx.catalog.get_meta("model") is None:
-        idx._import_model(__import__("pathlib").Path(model_dir))
+        idx._import_model(Path(model_dir))
     report = idx.sync(photo_dir, workers=workers, skip_errors=skip_errors, progress=not _quiet(ctx, quiet))
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
