@@ -138,3 +138,77 @@ def data_list():
         m = load_manifest(name)
         auto = "download" if m.get("archives") else "manual"
         click.echo(f"{name:12s} {auto:8s} {m.get('description', '')}")
+
+
+def _default_work_dir():
+    import os
+    from pathlib import Path
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "retrieval" / "eval"
+
+
+@eval_.command("run")
+@click.argument("dataset")
+@click.option("--root", type=click.Path(file_okay=False, exists=True), help="Dataset folder (not for 'groups').")
+@click.option("--spec", type=click.Path(dir_okay=False, exists=True),
+              help="For DATASET 'groups': a minibench-format JSON spec (paths relative to it).")
+@click.option("--preset", "preset", default="default", show_default=True, help="Preset name or JSON file.")
+@click.option("--train-root", type=click.Path(file_okay=False, exists=True),
+              help="Independent training images (e.g. Flickr60k for Holidays, Paris6k for Oxford).")
+@click.option("--distractors", type=click.Path(file_okay=False, exists=True),
+              help="Distractor folder for oxford105k/paris106k (Flickr100k), +r1m, copydays.")
+@click.option("--out", type=click.Path(file_okay=False), help="Write official result files and report.json here.")
+@click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
+              "(default: $XDG_CACHE_HOME/retrieval/eval).")
+@click.option("--k", type=int, default=None, help="Ranked-list length (default: whole database up to 10,000).")
+@click.option("--workers", type=int, default=None, help="Feature-extraction processes (default: all cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@click.pass_context
+def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, work, k, workers, as_json):
+    """Evaluate PRESET on DATASET end to end: features (cached), training, index, queries, official score.
+
+    \b
+    DATASET: holidays, holidays_rotated, oxford5k, paris6k, oxford105k, paris106k, roxford5k, rparis6k,
+             roxford5k+r1m, rparis6k+r1m, ukb, copydays, or groups (with --spec FILE.json).
+    """
+    from pathlib import Path
+
+    from retrieval.datasets import load_dataset
+    from retrieval.evaluation.runner import groups_dataset, run_benchmark
+
+    if dataset == "groups":
+        if spec is None:
+            raise click.UsageError("'eval run groups' needs --spec FILE.json.")
+        ds = groups_dataset(spec)
+    else:
+        if root is None:
+            raise click.UsageError(f"'eval run {dataset}' needs --root DIR (the dataset folder).")
+        ds = load_dataset(dataset, root, distractors_root=distractors)
+    train_images = None
+    if train_root is not None:
+        from retrieval.index import walk_photos
+
+        train_images = walk_photos(train_root)
+    work_dir = Path(work) if work else _default_work_dir()
+    report = run_benchmark(ds, preset, work_dir=work_dir, train_images=train_images, k=k, workers=workers,
+                           out_dir=out, progress=not ctx.obj.get("quiet"))
+    for w in report["warnings"]:
+        click.echo(f"WARNING: {w}", err=True)
+    if as_json:
+        click.echo(_dump(report))
+        return
+    score = report["score"]
+    if "easy" in score:
+        m = score["mAP"]
+        click.echo(f"{report['dataset']} / {report['preset']}: mAP E {m['easy']:.4f}  M {m['medium']:.4f}  "
+                   f"H {m['hard']:.4f}")
+    elif report["mAP"] is None:
+        click.echo(f"{report['dataset']} / {report['preset']}: N-S score {score.get('N-S score'):.4f}")
+    else:
+        click.echo(f"{report['dataset']} / {report['preset']}: mAP {report['mAP']:.4f}")
+    click.echo(f"  {report['indexed']} images, {report['queries']} queries, {report['bytes_per_image']:.0f} bytes/image, "
+               f"extraction {report['extraction_seconds_per_image']:.3f} s/image, "
+               f"query {1000 * report['query_seconds_mean']:.1f} ms")
+    if out:
+        click.echo(f"  report: {Path(out) / 'report.json'}")
