@@ -22,3 +22,4 @@ __all__ = [
     "random_rotation",
     "vlad_vector",
 ]
+from retrieval.aggregation.large_vocabulary import ApproximateKMeans  # noqa: E402,F401  (issue 6)

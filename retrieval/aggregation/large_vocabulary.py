@@ -1,0 +1,394 @@
+"""Large visual vocabularies (100k-1M words): approximate k-means with an IVF assignment structure.
+
+Approximate k-means (AKM, Philbin et al. CVPR 2007, used by seed 003 section 2.2 for its 1M-word vocabulary)
+replaces the exact nearest-centre search of Lloyd's assignment step by an approximate nearest-neighbour search.
+Philbin et al. use a forest of randomised kd-trees; we use our own two-stage inverted-file quantiser, compiled
+with numba, which keeps the per-descriptor work bounded and is saved with the vocabulary:
+
+1. coarse cells: the words are clustered into ``n_coarse`` cells (k-means on the words); the words of a cell are
+   stored contiguously (word ids are renumbered in cell order after training, so the structure adds no copy);
+2. candidates: a descriptor visits its ``nprobe`` nearest cells and ranks their words by the distance in a
+   PCA subspace of ``n_components`` dimensions (PCA of the words);
+3. exact re-ranking: the ``n_candidates`` best candidates are re-ranked with the full-dimensional distance.
+
+Hard assignment returns the nearest word found; soft assignment (Philbin et al. CVPR 2008) the ``r = 3`` nearest
+with weights ``exp(-d^2 / (2 sigma^2))`` normalised to sum to one per descriptor.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+
+import numpy as np
+from numba import njit, prange
+
+from retrieval._checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.persistence import PersistableMixin
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ApproximateKMeans", "exact_nearest"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# kernels
+
+
+@njit(inline="always")
+def _insert(dist, idx, d, i):
+    """Insert (d, i) into the ascending arrays (dist, idx); the caller checked that it beats the last entry."""
+    j = dist.shape[0] - 1
+    while j > 0 and dist[j - 1] > d:
+        dist[j] = dist[j - 1]
+        idx[j] = idx[j - 1]
+        j -= 1
+    dist[j] = d
+    idx[j] = i
+
+
+@njit(fastmath=True, inline="always")
+def _dots_into(Xr, i, AT, a, b, nrm, buf):
+    """buf[w - a] = nrm[w] - 2 <Xr[i], AT[:, w]> for w in [a, b); AT is (d', K), so the loop runs along words
+    (contiguous) and LLVM vectorises it without horizontal sums."""
+    dr = Xr.shape[1]
+    for w in range(a, b):
+        buf[w - a] = nrm[w]
+    for t in range(dr):
+        x2 = np.float32(-2.0) * Xr[i, t]
+        for w in range(a, b):
+            buf[w - a] += x2 * AT[t, w]
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_rT, words_nrm, words, nprobe, n_cand, m,
+             out_w, out_d):
+    """For each row of X: nprobe nearest cells (PCA space), n_cand best words there (PCA space), m best exact."""
+    n = X.shape[0]
+    C = coarse_rT.shape[1]
+    d = X.shape[1]
+    max_cell = 0
+    for c in range(C):
+        max_cell = max(max_cell, cell_indptr[c + 1] - cell_indptr[c])
+    for i in prange(n):
+        buf = np.empty(max(C, max_cell), dtype=np.float32)
+        pd = np.full(nprobe, np.inf, dtype=np.float32)
+        pc = np.full(nprobe, -1, dtype=np.int64)
+        _dots_into(Xr, i, coarse_rT, 0, C, coarse_nrm, buf)
+        for c in range(C):
+            if buf[c] < pd[nprobe - 1]:
+                _insert(pd, pc, buf[c], c)
+        cd = np.full(n_cand, np.inf, dtype=np.float32)
+        cw = np.full(n_cand, -1, dtype=np.int64)
+        for a in range(nprobe):
+            c = pc[a]
+            if c < 0:
+                continue
+            lo = cell_indptr[c]
+            hi = cell_indptr[c + 1]
+            _dots_into(Xr, i, words_rT, lo, hi, words_nrm, buf)
+            for w in range(lo, hi):
+                if buf[w - lo] < cd[n_cand - 1]:
+                    _insert(cd, cw, buf[w - lo], w)
+        ed = np.full(m, np.inf, dtype=np.float32)
+        ew = np.full(m, -1, dtype=np.int64)
+        for b in range(n_cand):
+            w = cw[b]
+            if w < 0:
+                continue
+            s = np.float32(0.0)
+            for t in range(d):
+                diff = X[i, t] - words[w, t]
+                s += diff * diff
+            if s < ed[m - 1]:
+                _insert(ed, ew, s, w)
+        for b in range(m):
+            out_w[i, b] = ew[b]
+            out_d[i, b] = ed[b]
+
+
+@njit(cache=True)
+def _accumulate(X, labels, sums, counts):
+    for i in range(X.shape[0]):
+        w = labels[i]
+        counts[w] += 1
+        for t in range(X.shape[1]):
+            sums[w, t] += X[i, t]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# exact helpers (BLAS)
+
+
+def _sqnorms(A):
+    return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(np.float32)
+
+
+def exact_nearest(X, centers, *, batch_size: int = 4096, centers_sqnorm=None):
+    """Exact nearest centre by brute force (BLAS), the reference for the approximate assignment.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), dtype float32
+    centers : ndarray of shape (K, d), dtype float32
+
+    Returns
+    -------
+    labels : ndarray of shape (n,), dtype int64
+    sqdist : ndarray of shape (n,), dtype float32 -- squared Euclidean distance to that centre
+    """
+    X = np.asarray(X, dtype=np.float32)
+    centers = np.asarray(centers, dtype=np.float32)
+    cn = _sqnorms(centers) if centers_sqnorm is None else centers_sqnorm
+    labels = np.empty(X.shape[0], dtype=np.int64)
+    dist = np.empty(X.shape[0], dtype=np.float32)
+    for a in range(0, X.shape[0], batch_size):
+        xb = X[a:a + batch_size]
+        D = cn[None, :] - 2.0 * (xb @ centers.T)
+        j = np.argmin(D, axis=1)
+        labels[a:a + batch_size] = j
+        dist[a:a + batch_size] = np.maximum(D[np.arange(len(j)), j] + _sqnorms(xb), 0.0)
+    return labels, dist
+
+
+def _lloyd(X, n_clusters, n_iter, rng):
+    """Plain k-means (BLAS assignment) for the coarse cells; returns centres (n_clusters, d) float32."""
+    n = X.shape[0]
+    C = X[rng.choice(n, size=n_clusters, replace=False)].copy()
+    for _ in range(n_iter):
+        labels, _ = exact_nearest(X, C)
+        sums = np.zeros((n_clusters, X.shape[1]), dtype=np.float64)
+        counts = np.zeros(n_clusters, dtype=np.int64)
+        _accumulate(X, labels, sums, counts)
+        nz = counts > 0
+        C[nz] = (sums[nz] / counts[nz, None]).astype(np.float32)
+    return C
+
+
+class _Structure:
+    """The IVF assignment structure over a set of words (already in cell order)."""
+
+    def __init__(self, words, coarse, cell_indptr, components, mean):
+        self.words = np.ascontiguousarray(words, dtype=np.float32)
+        self.coarse = np.ascontiguousarray(coarse, dtype=np.float32)
+        self.cell_indptr = np.asarray(cell_indptr, dtype=np.int64)
+        self.components = np.ascontiguousarray(components, dtype=np.float32)   # (d, d')
+        self.mean = np.asarray(mean, dtype=np.float32)
+        # derived (not saved): projected words and cells, transposed (d', K) for the vectorised scan
+        words_r = (self.words - self.mean) @ self.components
+        coarse_r = (self.coarse - self.mean) @ self.components
+        self.words_rT = np.ascontiguousarray(words_r.T)
+        self.words_nrm = _sqnorms(words_r)
+        self.coarse_rT = np.ascontiguousarray(coarse_r.T)
+        self.coarse_nrm = _sqnorms(coarse_r)
+
+    def knn(self, X, nprobe, n_cand, m, batch_size=65536):
+        n = X.shape[0]
+        out_w = np.empty((n, m), dtype=np.int64)
+        out_d = np.empty((n, m), dtype=np.float32)
+        nprobe = min(nprobe, self.coarse.shape[0])
+        for a in range(0, n, batch_size):
+            xb = np.ascontiguousarray(X[a:a + batch_size])
+            xr = np.ascontiguousarray((xb - self.mean) @ self.components)
+            _ivf_knn(xb, xr, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_rT, self.words_nrm,
+                     self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size], out_d[a:a + batch_size])
+        return out_w, out_d
+
+
+def _build_structure(words, n_coarse, n_components, rng, coarse_iter=8, max_train=65536):
+    """Cluster the words into cells, order them by cell, fit the PCA subspace.
+
+    Returns (perm, structure): ``perm[new] = old`` word index.
+    """
+    K, d = words.shape
+    sample = words if K <= max_train else words[rng.choice(K, size=max_train, replace=False)]
+    coarse = _lloyd(sample, n_coarse, coarse_iter, rng)
+    cell, _ = exact_nearest(words, coarse)
+    perm = np.argsort(cell, kind="stable")
+    counts = np.bincount(cell, minlength=n_coarse)
+    indptr = np.zeros(n_coarse + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    mean = sample.mean(axis=0)
+    cov = np.cov((sample - mean).T.astype(np.float64))
+    evals, evecs = np.linalg.eigh(cov)
+    comps = evecs[:, ::-1][:, :n_components]
+    return perm, _Structure(words[perm], coarse, indptr, comps, mean)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class ApproximateKMeans(PersistableMixin):
+    """Approximate k-means vocabulary (AKM, Philbin et al. 2007) with a saved IVF assignment structure.
+
+    Parameters
+    ----------
+    n_clusters : int
+        Number of visual words K (100k-1M in seed 003).
+    n_iter : int
+        Lloyd iterations, each with the assignment through the approximate structure.
+    n_coarse : int or None
+        Cells of the assignment structure; None = ``round(sqrt(K))``.
+    nprobe : int
+        Cells visited per descriptor.
+    n_components : int
+        Dimensions of the PCA subspace in which candidates are ranked.
+    n_candidates : int
+        Candidates re-ranked with the full-dimensional distance.
+    random_state : None, int or numpy Generator
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (K, d), dtype float32 -- the words, numbered in cell order
+    coarse_centers_ : ndarray of shape (n_coarse, d), dtype float32
+    cell_indptr_ : ndarray of shape (n_coarse + 1,), dtype int64 -- words of cell c: ``cell_indptr_[c]:[c+1]``
+    components_ : ndarray of shape (d, n_components), dtype float32 ; mean_ : (d,) float32
+    sigma_ : float -- soft-assignment bandwidth, ``sqrt(median squared distance to the nearest word)`` on the
+        training descriptors (Philbin 2008 fixes sigma^2 = 6250 for raw SIFT; we learn it for any scaling)
+    inertia_ : float -- mean squared distance to the assigned word at the last iteration
+    """
+
+    def __init__(self, n_clusters: int = 100_000, *, n_iter: int = 10, n_coarse: int | None = None,
+                 nprobe: int = 8, n_components: int = 32, n_candidates: int = 8, random_state=None):
+        self.n_clusters = n_clusters
+        self.n_iter = n_iter
+        self.n_coarse = n_coarse
+        self.nprobe = nprobe
+        self.n_components = n_components
+        self.n_candidates = n_candidates
+        self.random_state = random_state
+
+    def _check_params(self):
+        own = type(self).__name__
+        check_scalar(self.n_clusters, "n_clusters", own, low=1)
+        check_scalar(self.n_iter, "n_iter", own, low=0)
+        if self.n_coarse is not None:
+            check_scalar(self.n_coarse, "n_coarse", own, low=1)
+        check_scalar(self.nprobe, "nprobe", own, low=1)
+        check_scalar(self.n_components, "n_components", own, low=1)
+        check_scalar(self.n_candidates, "n_candidates", own, low=1)
+
+    def _ncoarse(self, K):
+        nc = self.n_coarse if self.n_coarse is not None else max(1, int(round(math.sqrt(K))))
+        return min(nc, K)
+
+    def fit(self, X, y=None) -> ApproximateKMeans:
+        """Learn K words from descriptors X of shape (n, d) (float32; n >= K)."""
+        self._check_params()
+        X = check_array(X, "X", min_rows=self.n_clusters)
+        X = np.ascontiguousarray(X)
+        rng = check_random_state(self.random_state)
+        K, d = self.n_clusters, X.shape[1]
+        ncomp = min(self.n_components, d)
+        nc = self._ncoarse(K)
+        centers = X[rng.choice(X.shape[0], size=K, replace=False)].copy()
+        inertia = float("nan")
+        for it in range(self.n_iter):
+            perm, st = _build_structure(centers, nc, ncomp, rng)
+            w, dist = st.knn(X, self.nprobe, self.n_candidates, 1)
+            labels = perm[w[:, 0]]
+            inertia = float(dist[:, 0].mean())
+            sums = np.zeros((K, d), dtype=np.float64)
+            counts = np.zeros(K, dtype=np.int64)
+            _accumulate(X, labels, sums, counts)
+            nz = counts > 0
+            centers[nz] = (sums[nz] / counts[nz, None]).astype(np.float32)
+            logger.info("AKM iteration %d/%d: inertia %.5f, %d empty words", it + 1, self.n_iter, inertia,
+                        int((~nz).sum()))
+        self._set_structure(*_build_structure(centers, nc, ncomp, rng))
+        w, dist = self._structure.knn(X[: min(X.shape[0], 200_000)], self.nprobe, self.n_candidates, 1)
+        self.sigma_ = float(np.sqrt(max(np.median(dist[:, 0]), 1e-12)))
+        self.inertia_ = inertia if self.n_iter else float(dist[:, 0].mean())
+        return self
+
+    def _set_structure(self, perm, st):
+        self.cluster_centers_ = st.words
+        self.coarse_centers_ = st.coarse
+        self.cell_indptr_ = st.cell_indptr
+        self.components_ = st.components
+        self.mean_ = st.mean
+        self._structure = st
+
+    def _set_extra_state(self, attributes, arrays):
+        self._rebuild()
+
+    def _rebuild(self):
+        self._structure = _Structure(self.cluster_centers_, self.coarse_centers_, self.cell_indptr_,
+                                     self.components_, self.mean_)
+
+    @classmethod
+    def from_centers(cls, centers, *, n_coarse=None, nprobe=8, n_components=32, n_candidates=8,
+                     random_state=None) -> ApproximateKMeans:
+        """Build only the assignment structure over given words (e.g. a vocabulary trained elsewhere).
+
+        The words are renumbered in cell order: ``cluster_centers_`` is a permutation of ``centers`` and
+        ``perm_`` (K,) int64 gives ``cluster_centers_[i] = centers[perm_[i]]``.
+        """
+        centers = check_array(centers, "centers")
+        obj = cls(centers.shape[0], n_iter=0, n_coarse=n_coarse, nprobe=nprobe, n_components=n_components,
+                  n_candidates=n_candidates, random_state=random_state)
+        obj._check_params()
+        rng = check_random_state(random_state)
+        perm, st = _build_structure(np.ascontiguousarray(centers), obj._ncoarse(centers.shape[0]),
+                                    min(n_components, centers.shape[1]), rng)
+        obj._set_structure(perm, st)
+        obj.perm_ = perm.astype(np.int64)
+        obj.sigma_ = float("nan")
+        obj.inertia_ = float("nan")
+        return obj
+
+    def _check_X(self, X):
+        check_is_fitted(self, ["cluster_centers_"])
+        if not hasattr(self, "_structure"):
+            self._rebuild()
+        return np.ascontiguousarray(check_array(X, "X", n_features=self.cluster_centers_.shape[1]))
+
+    def kneighbors(self, X, n_neighbors: int = 1):
+        """Approximate ``n_neighbors`` nearest words of each descriptor.
+
+        Returns
+        -------
+        sqdist : ndarray of shape (n, n_neighbors), dtype float32, ascending (inf when fewer were found)
+        words : ndarray of shape (n, n_neighbors), dtype int64 (-1 when fewer were found)
+        """
+        check_scalar(n_neighbors, "n_neighbors", type(self).__name__, low=1)
+        X = self._check_X(X)
+        w, d = self._structure.knn(X, self.nprobe, self.n_candidates, n_neighbors)
+        return d, w
+
+    def predict(self, X) -> np.ndarray:
+        """Hard assignment: nearest word of each descriptor, ndarray of shape (n,), dtype int64."""
+        return self.kneighbors(X, 1)[1][:, 0]
+
+    def soft_assign(self, X, r: int = 3, sigma: float | None = None):
+        """Soft assignment to the r nearest words (Philbin et al. 2008).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n, d), dtype float32
+        r : int -- number of words per descriptor (3 in the paper)
+        sigma : float or None -- bandwidth; None uses ``sigma_`` learnt at fit
+
+        Returns
+        -------
+        words : ndarray of shape (n, r), dtype int64
+        weights : ndarray of shape (n, r), dtype float32 -- ``exp(-d^2 / (2 sigma^2))`` normalised per row
+        """
+        check_scalar(r, "r", "soft_assign", low=1)
+        if sigma is None:
+            sigma = getattr(self, "sigma_", float("nan"))
+            if not np.isfinite(sigma):
+                raise ValueError("soft_assign needs sigma: this vocabulary has no learnt sigma_ (pass sigma=...).")
+        check_scalar(float(sigma), "sigma", "soft_assign", kind=numbers.Real, low=0, closed="neither")
+        d, w = self.kneighbors(X, r)
+        logits = -(d - d[:, :1]) / (2.0 * float(sigma) ** 2)
+        weights = np.where(w >= 0, np.exp(logits), 0.0)
+        s = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(s > 0, s, 1.0)
+        return np.where(w >= 0, w, 0), weights.astype(np.float32)
+
+    @property
+    def n_features_in_(self) -> int:
+        check_is_fitted(self, ["cluster_centers_"])
+        return int(self.cluster_centers_.shape[1])
