@@ -227,3 +227,30 @@ def demo_cmd(ctx, out_dir, preset, quiet):
                f"(open them in a browser)", err=True)
     click.echo(f"[demo] done in {time.perf_counter() - t0:.1f} s", err=True)
     sys.stdout.flush()
+
+
+@bench.command("app")
+@click.option("--minibench", "minibench_json", default=None, metavar="FILE",
+              help="minibench.json: mAP of each --preset through 'retrieval index' + 'retrieval query --json'.")
+@click.option("--n", "n_images", type=click.IntRange(1, None), default=None,
+              help="Throughput run: index N generated small images, then time queries.")
+@click.option("--queries", type=click.IntRange(1, None), default=200, show_default=True)
+@click.option("--preset", "presets", multiple=True, default=["default"], show_default=True)
+@click.option("--workdir", default="bench-app", show_default=True, help="Scratch folder (photos, indexes).")
+@click.option("--feature-store", default=None, metavar="DIR", help="Shared feature store (minibench).")
+@click.option("--workers", type=click.IntRange(1, None), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def bench_app_cmd(minibench_json, n_images, queries, presets, workdir, feature_store, workers, as_json):
+    """Application benchmarks: minibench mAP per preset, and indexing throughput / query latency."""
+    from retrieval.apps import app_bench
+
+    if not minibench_json and not n_images:
+        raise click.UsageError("give --minibench FILE and/or --n N")
+    out = {}
+    if minibench_json:
+        out["minibench"] = [app_bench.minibench(minibench_json, workdir, preset=p, feature_store=feature_store,
+                                                workers=workers) for p in presets]
+    if n_images:
+        out["throughput"] = app_bench.throughput(f"{workdir}/throughput-{n_images}", n=n_images, queries=queries,
+                                                 preset=presets[0], workers=workers, progress=not as_json)
+    click.echo(json.dumps(out, indent=2))

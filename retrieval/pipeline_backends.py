@@ -1,0 +1,273 @@
+"""The ``binary`` and ``object`` backends of :mod:`retrieval.pipeline` (same interface as ``GlobalBackend``).
+
+- :class:`BinaryBackend`: the global vector of :class:`retrieval.pipeline.GlobalBackend` turned into a binary
+  code h(x) = q(g(x)) by an embedding of :mod:`retrieval.indexing.binary` (seed 000 sec. 2; PCAE-ITQ by
+  default) and searched with the symmetric Hamming distance or the asymmetric d_E (eq. 21-26) / d_LB (eq. 30-33)
+  through the table look-up scan. State: ``ids.npy`` (n,) int64 and ``codes.npy`` (n, nbits / 8) uint8.
+- :class:`ObjectBackend`: :class:`retrieval.object_search.ObjectSearcher` (seed 003: large-vocabulary BoW in an
+  inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranking) adapted to the index folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.catalog import crash_point
+from retrieval.persistence import atomic_write, load_estimator
+from retrieval.pipeline import (
+    STATE_FORMAT,
+    STATE_FORMAT_VERSION,
+    GlobalBackend,
+    Hit,
+    default_rerank,
+    read_npy,
+    spatial_rerank,
+    write_npy,
+)
+
+logger = logging.getLogger(__name__)
+
+BINARY_DISTANCES = ("hamming", "expectation", "expectation_hat", "lower_bound")
+
+
+def _check_state_header(folder: Path, kind: str) -> dict:
+    header = json.loads((folder / "state.json").read_text("utf-8"))
+    if header.get("format") != STATE_FORMAT or header.get("format_version") != STATE_FORMAT_VERSION or \
+            header.get("kind") != kind:
+        raise ValueError(f"{folder}: index state {header.get('format')!r} version {header.get('format_version')!r} "
+                         f"kind {header.get('kind')!r}; expected {STATE_FORMAT!r} {STATE_FORMAT_VERSION} {kind!r}.")
+    return header
+
+
+class BinaryBackend(GlobalBackend):
+    """Global vector -> binary code; asymmetric (or Hamming) search; spatial re-ranking of the shortlist."""
+
+    kind = "binary"
+
+    def __init__(self, preset: dict):
+        super().__init__(preset)
+        self.embedding = None
+        self._codes = None
+
+    def train(self, features_of, n_images: int, progress=None) -> None:
+        super().train(features_of, n_images, progress=None)
+        from retrieval.indexing import binary
+
+        ix = self.preset["index"]
+        V = self._aggregate([features_of(i) for i in range(n_images)])
+        bits = int(ix.get("bits", 256))
+        cap = min(V.shape[1], n_images - 1)
+        if bits > cap:
+            bits = max(8, (cap // 8) * 8)
+            logger.info("binary code reduced to %d bits: %d training images of dimension %d", bits, n_images,
+                        V.shape[1])
+        cls = getattr(binary, ix.get("embedding", "PCAEITQ"))
+        tr = self.preset.get("training", {})
+        self.embedding = cls(nbits=bits, random_state=int(tr.get("random_state", 0))).fit(V)
+        if progress:
+            progress(3, 3)
+
+    def save_model(self, folder: Path) -> dict:
+        info = super().save_model(folder)
+        self.embedding.reset()
+        self.embedding.save(Path(folder) / "embedding.npz")
+        info["files"].append("embedding.npz")
+        info["bits"] = int(self.embedding.nbits)
+        return info
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        super().load_model(folder, info)
+        self.embedding = load_estimator(Path(folder) / "embedding.npz")
+
+    # state
+    def add(self, ids, features, progress=None) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        chunks = []
+        half = len(features) // 2
+        for s in range(0, len(features), 64):
+            chunks.append(self.embedding.encode(self.encode(features[s:s + 64])))
+            if progress:
+                progress(min(s + 64, len(features)), len(features))
+            if s <= half < s + 64:
+                crash_point("encode")
+        C = np.concatenate(chunks, axis=0)
+        old = np.zeros((0, C.shape[1]), np.uint8) if self._codes is None else np.asarray(self._codes)
+        self._codes = np.concatenate([old, C], axis=0)
+        self._ids = np.concatenate([self._ids, ids])
+
+    def remove(self, ids) -> None:
+        ids = np.asarray(list(ids), dtype=np.int64)
+        if len(ids) == 0 or len(self._ids) == 0:
+            return
+        keep = ~np.isin(self._ids, ids)
+        self._ids = self._ids[keep]
+        self._codes = np.asarray(self._codes)[keep]
+
+    def save_state(self, folder: Path) -> None:
+        folder = Path(folder)
+        codes = np.zeros((0, self.embedding.nbytes), np.uint8) if self._codes is None else np.asarray(self._codes)
+        write_npy(folder / "ids.npy", self._ids)
+        write_npy(folder / "codes.npy", codes)
+        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
+                  "ntotal": int(len(self._ids)), "nbits": int(self.embedding.nbits)}
+        with atomic_write(folder / "state.json", "w") as fh:
+            json.dump(header, fh, indent=2, sort_keys=True)
+
+    def load_state(self, folder) -> None:
+        if folder is None:
+            self._ids, self._codes = np.empty(0, np.int64), None
+            return
+        folder = Path(folder)
+        _check_state_header(folder, self.kind)
+        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
+        self._codes = read_npy(folder / "codes.npy", mmap=True)
+
+    def first_stage(self, q, k, distance="expectation"):
+        n = len(self._ids)
+        if n == 0:
+            return []
+        self.embedding.codes_ = np.ascontiguousarray(self._codes)
+        try:
+            D, rows = self.embedding.search(q[None, :], min(k, n), distance=distance)
+        finally:
+            self.embedding.codes_ = np.zeros((0, self.embedding.nbytes), np.uint8)
+        return [Hit(int(self._ids[r]), 0.0 - float(d)) for d, r in zip(D[0], rows[0], strict=True) if r >= 0]
+
+    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, **options):
+        if options:
+            raise ValueError(f"preset {self.preset['name']!r} (kind binary) takes no option(s) "
+                             f"{', '.join(sorted(options))}.")
+        s = self.preset.get("search", {})
+        method = method or s.get("method", "expectation")
+        if method not in BINARY_DISTANCES:
+            raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
+                             f"{self.preset['name']!r}; got {method!r}.")
+        rerank = rerank or default_rerank(s)
+        if rerank not in ("none", "spatial"):
+            raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
+                             f"got {rerank!r}.")
+        q = self.encode([query])[0]
+        shortlist = int(s.get("shortlist", 50))
+        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k, distance=method)
+        if rerank == "spatial":
+            hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
+                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)))
+        return hits[:k]
+
+
+class ObjectBackend:
+    """Adapter of :class:`retrieval.object_search.ObjectSearcher` (issue 6) to the backend interface.
+
+    The searcher keeps its own model (vocabulary, idf) and inverted file; ``save_model`` stores the trained but
+    empty searcher, ``save_state`` the searcher with its postings (its own folder format, docs/formats.md).
+    """
+
+    kind = "object"
+
+    def __init__(self, preset: dict):
+        self.preset = preset
+        self.trained = False
+        self.searcher = None
+        self._ids = np.empty(0, np.int64)
+
+    def _new(self):
+        from retrieval.object_search import ObjectSearcher
+
+        params = dict(self.preset.get("object_search", {}))
+        params.setdefault("random_state", int(self.preset.get("training", {}).get("random_state", 0)))
+        return ObjectSearcher(**params)
+
+    def train(self, features_of, n_images: int, progress=None) -> None:
+        self.searcher = self._new().fit([features_of(i) for i in range(n_images)])
+        crash_point("train")
+        if progress:
+            progress(3, 3)
+        self.trained = True
+
+    def save_model(self, folder: Path) -> dict:
+        self.searcher.save(Path(folder) / "searcher")
+        return {"files": ["searcher"]}
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        from retrieval.object_search import ObjectSearcher
+
+        self._model_folder = Path(folder) / "searcher"
+        self.searcher = ObjectSearcher.load(self._model_folder)
+        self.trained = True
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids
+
+    def add(self, ids, features, progress=None) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        step = 64
+        half = len(features) // 2
+        for s in range(0, len(features), step):
+            self.searcher.add(ids[s:s + step], list(features[s:s + step]))
+            if progress:
+                progress(min(s + step, len(features)), len(features))
+            if s <= half < s + step:
+                crash_point("encode")
+        self._ids = np.concatenate([self._ids, ids])
+
+    def remove(self, ids) -> None:
+        ids = np.asarray(list(ids), dtype=np.int64)
+        present = ids[np.isin(ids, self._ids)]
+        if len(present):
+            self.searcher.remove(present)
+            self._ids = self._ids[~np.isin(self._ids, present)]
+
+    def save_state(self, folder: Path) -> None:
+        folder = Path(folder)
+        write_npy(folder / "ids.npy", self._ids)
+        self.searcher.save(folder / "searcher")
+        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
+                  "ntotal": int(len(self._ids))}
+        with atomic_write(folder / "state.json", "w") as fh:
+            json.dump(header, fh, indent=2, sort_keys=True)
+
+    def load_state(self, folder) -> None:
+        from retrieval.object_search import ObjectSearcher
+
+        if folder is None:
+            self._ids = np.empty(0, np.int64)
+            return
+        folder = Path(folder)
+        _check_state_header(folder, self.kind)
+        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
+        self.searcher = ObjectSearcher.load(folder / "searcher")
+
+    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, **options):
+        s = self.preset.get("search", {})
+        method = method or s.get("method", "delta1")
+        if method not in ("l1", "l2", "delta1", "delta2"):
+            raise ValueError(f"--method must be one of l1, l2, delta1, delta2 for preset {self.preset['name']!r}; "
+                             f"got {method!r}.")
+        rerank = rerank or s.get("rerank", "spatial")
+        if rerank not in ("none", "exact", "spatial"):
+            raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
+                             f"got {rerank!r}.")
+        alpha = float(options.pop("alpha", s.get("alpha", 0.5)))
+        if options:
+            raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
+                             f"{', '.join(sorted(options))}.")
+        if len(self._ids) == 0:
+            return []
+        hits = self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
+                                    get_features=get_features)
+        out = []
+        for h in hits:
+            def get(name, h=h):
+                return h.get(name) if isinstance(h, dict) else getattr(h, name, None)
+
+            box, inl = get("box"), get("inliers")
+            out.append(Hit(int(get("id")), float(get("score")), None if inl is None else int(inl),
+                           None if box is None else tuple(float(v) for v in box)))
+        return out
