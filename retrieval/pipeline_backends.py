@@ -176,15 +176,24 @@ class ObjectBackend:
         self.searcher = None
         self._ids = np.empty(0, np.int64)
 
-    def _new(self):
+    def _new(self, n_descriptors: int):
         from retrieval.object_search import ObjectSearcher
 
         params = dict(self.preset.get("object_search", {}))
-        params.setdefault("random_state", int(self.preset.get("training", {}).get("random_state", 0)))
+        tr = self.preset.get("training", {})
+        params.setdefault("random_state", int(tr.get("random_state", 0)))
+        params.setdefault("max_train_descriptors", int(tr.get("max_descriptors", 1_000_000)))
+        n_train = min(n_descriptors, params["max_train_descriptors"])
+        cap = max(64, n_train // int(tr.get("min_descriptors_per_word", 10)))
+        if params.get("n_words", 100_000) > cap:
+            logger.info("object vocabulary reduced from %d to %d words (%d training descriptors)",
+                        params.get("n_words", 100_000), cap, n_train)
+            params["n_words"] = cap
         return ObjectSearcher(**params)
 
     def train(self, features_of, n_images: int, progress=None) -> None:
-        self.searcher = self._new().fit([features_of(i) for i in range(n_images)])
+        feats = [features_of(i) for i in range(n_images)]
+        self.searcher = self._new(sum(len(f) for f in feats)).fit(feats)
         crash_point("train")
         if progress:
             progress(3, 3)
@@ -250,7 +259,9 @@ class ObjectBackend:
         if method not in ("l1", "l2", "delta1", "delta2"):
             raise ValueError(f"--method must be one of l1, l2, delta1, delta2 for preset {self.preset['name']!r}; "
                              f"got {method!r}.")
-        rerank = rerank or s.get("rerank", "spatial")
+        rerank = rerank or default_rerank(s)
+        if rerank == "none" and s.get("rerank") == "spatial":
+            rerank = "exact"  # verification unavailable: keep the exact re-ranking of the shortlist
         if rerank not in ("none", "exact", "spatial"):
             raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
@@ -260,14 +271,22 @@ class ObjectBackend:
                              f"{', '.join(sorted(options))}.")
         if len(self._ids) == 0:
             return []
-        hits = self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
-                                    get_features=get_features)
+        if rerank == "spatial":
+            from retrieval.pipeline import spatial_available
+
+            if not spatial_available():
+                raise ValueError("--rerank spatial needs retrieval.features.verify_affine (issue 2), which is not "
+                                 "available; use --rerank exact or none.")
+        # the searcher verifies with the frames it stores itself (get_features=None)
+        hits = self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank)
         out = []
         for h in hits:
             def get(name, h=h):
                 return h.get(name) if isinstance(h, dict) else getattr(h, name, None)
 
             box, inl = get("box"), get("inliers")
-            out.append(Hit(int(get("id")), float(get("score")), None if inl is None else int(inl),
+            # the searcher's score is a dissimilarity (smaller is better): report its negation
+            out.append(Hit(int(get("id")), 0.0 - float(get("score")),
+                           None if inl is None or rerank != "spatial" else int(inl),
                            None if box is None else tuple(float(v) for v in box)))
         return out
