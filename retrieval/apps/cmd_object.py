@@ -1,7 +1,179 @@
-"""CLI commands of issue 6 (object retrieval): bench invfile, train large vocabularies."""
+"""CLI commands of issue 6 (object retrieval): bench invfile, bench akm, train akm."""
 
 from __future__ import annotations
 
-import click  # noqa: F401
+import json
+import time
+
+import click
 
 from retrieval.apps.cli import bench, data, eval_, main, train  # noqa: F401
+
+
+@bench.command("invfile")
+@click.option("--n-images", default=100_000, show_default=True, help="Database images.")
+@click.option("--words-per-image", default=3000, show_default=True, help="Descriptors (word draws) per image.")
+@click.option("--n-words", default=1_000_000, show_default=True, help="Vocabulary size.")
+@click.option("--query-words", default=1000, show_default=True, help="Distinct words per query.")
+@click.option("--zipf", "zipf_s", default=1.0, show_default=True, help="Zipf exponent s of the word law.")
+@click.option("--n-queries", default=20, show_default=True)
+@click.option("--k", default=200, show_default=True, help="Shortlist length returned per query.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+def bench_invfile(n_images, words_per_image, n_words, query_words, zipf_s, n_queries, k, seed, as_json):
+    """Inverted-file query time of l1, l2, delta1, delta2 (seed 003 section 3.3) on synthetic Zipf words.
+
+    Methods are interleaved query by query (same index, same queries, one thread), so the ratio
+    delta1 / l1 is measured in one run. Run it under `flock /tmp/retrieval-heavy.lock`.
+    """
+    import numpy as np
+
+    from retrieval.indexing.invfile import InvertedFile
+    from retrieval.indexing.zipf_synth import zipf_postings, zipf_query
+
+    t0 = time.perf_counter()
+    indptr, ids, tf = zipf_postings(n_images, words_per_image, n_words, s=zipf_s, random_state=seed)
+    t_gen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    inv = InvertedFile.from_csr(indptr, ids, tf, np.arange(n_images, dtype=np.int64))
+    t_build = time.perf_counter() - t0
+    rng = np.random.default_rng(seed + 1)
+    queries = [zipf_query(query_words, n_words, s=zipf_s, random_state=rng) for _ in range(n_queries)]
+    methods = ("l1", "delta1", "l2", "delta2")
+    for m in methods:                                   # compile / warm up
+        inv.search(queries[0], k, method=m)
+    times = {m: [] for m in methods}
+    for q in queries:
+        for m in methods:
+            t0 = time.perf_counter()
+            inv.search(q, k, method=m)
+            times[m].append(time.perf_counter() - t0)
+    df = np.diff(inv.indptr_)
+    visited = [int(df[np.unique(q)].sum()) for q in queries]
+    res = {
+        "n_images": n_images, "words_per_image": words_per_image, "n_words": n_words, "zipf_s": zipf_s,
+        "query_distinct_words": query_words, "n_queries": n_queries, "k": k,
+        "n_postings": inv.n_postings, "postings_per_image": inv.n_postings / n_images,
+        "bytes_per_posting": inv.bytes_per_posting,
+        "postings_bytes": int(inv.postings_ids_.nbytes + inv.postings_tf_.nbytes),
+        "visited_postings_per_query": float(np.mean(visited)),
+        "generate_s": t_gen, "build_s": t_build,
+        "ms_per_query": {m: 1000 * float(np.mean(v)) for m, v in times.items()},
+        "ms_per_query_median": {m: 1000 * float(np.median(v)) for m, v in times.items()},
+    }
+    res["ratio_delta1_over_l1"] = res["ms_per_query"]["delta1"] / res["ms_per_query"]["l1"]
+    res["ratio_delta2_over_l2"] = res["ms_per_query"]["delta2"] / res["ms_per_query"]["l2"]
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(f"{n_images} images x {words_per_image} words (Zipf s={zipf_s}), {n_words} words: "
+               f"{res['n_postings']} postings, {res['bytes_per_posting']} B/posting, "
+               f"{res['visited_postings_per_query']:.0f} postings visited per query")
+    for m in methods:
+        click.echo(f"  {m:7s} {res['ms_per_query'][m]:8.2f} ms/query (median {res['ms_per_query_median'][m]:.2f})")
+    click.echo(f"  delta1/l1 = {res['ratio_delta1_over_l1']:.3f}   delta2/l2 = {res['ratio_delta2_over_l2']:.3f}")
+
+
+@bench.command("akm")
+@click.argument("descriptors", type=click.Path(exists=True, dir_okay=False))
+@click.option("--train-words", default=100_000, show_default=True, help="Words of the trained vocabulary.")
+@click.option("--train-descriptors", default=1_000_000, show_default=True)
+@click.option("--n-iter", default=10, show_default=True)
+@click.option("--assign-words", default=1_000_000, show_default=True,
+              help="Words of the vocabulary used for the assignment test (0 to skip).")
+@click.option("--assign-descriptors", default=3000, show_default=True)
+@click.option("--nprobe", default=8, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_akm(descriptors, train_words, train_descriptors, n_iter, assign_words, assign_descriptors, nprobe, seed,
+              as_json):
+    """Time AKM training and the assignment of one image's descriptors; agreement with the exact nearest word.
+
+    DESCRIPTORS is a float32 .npy of shape (n, d) (e.g. RootSIFT). The assignment test holds out the last
+    ASSIGN_DESCRIPTORS rows; its vocabulary of ASSIGN_WORDS words is built with `ApproximateKMeans.from_centers`
+    over a sample of the other rows (one AKM iteration would cost as much as the training run). Run it under
+    `flock /tmp/retrieval-heavy.lock`.
+    """
+    import numpy as np
+
+    from retrieval.aggregation.large_vocabulary import ApproximateKMeans, exact_nearest
+
+    X = np.load(descriptors, mmap_mode="r", allow_pickle=False)
+    rng = np.random.default_rng(seed)
+    held = np.ascontiguousarray(X[-assign_descriptors:], dtype=np.float32)
+    pool = X.shape[0] - assign_descriptors
+    res = {"descriptors": descriptors, "n_available": int(X.shape[0]), "dim": int(X.shape[1])}
+    if train_words:
+        idx = np.sort(rng.choice(pool, size=min(train_descriptors, pool), replace=False))
+        Xt = np.ascontiguousarray(X[idx], dtype=np.float32)
+        t0 = time.perf_counter()
+        v = ApproximateKMeans(train_words, n_iter=n_iter, nprobe=nprobe, random_state=seed).fit(Xt)
+        res["train"] = {"words": train_words, "descriptors": int(Xt.shape[0]), "n_iter": n_iter,
+                        "seconds": time.perf_counter() - t0, "inertia": v.inertia_}
+        lab, _ = exact_nearest(held, v.cluster_centers_)
+        v.predict(held[:10])
+        t0 = time.perf_counter()
+        pred = v.predict(held)
+        res["train"]["assign_ms"] = 1000 * (time.perf_counter() - t0)
+        res["train"]["agreement_exact"] = float((pred == lab).mean())
+        del Xt
+    if assign_words:
+        idx = np.sort(rng.choice(pool, size=min(assign_words, pool), replace=False))
+        W = np.ascontiguousarray(X[idx], dtype=np.float32)
+        t0 = time.perf_counter()
+        v = ApproximateKMeans.from_centers(W, nprobe=nprobe, random_state=seed)
+        t_build = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        lab, _ = exact_nearest(held, v.cluster_centers_)
+        t_exact = time.perf_counter() - t0
+        v.predict(held[:10])
+        rows = []
+        for p in sorted({1, 2, 4, nprobe, 16, 32}):
+            v.nprobe = p
+            ts = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                pred = v.predict(held)
+                ts.append(time.perf_counter() - t0)
+            rows.append({"nprobe": p, "ms": 1000 * float(np.median(ts)), "agreement_exact": float((pred == lab).mean())})
+        res["assign"] = {"words": int(W.shape[0]), "descriptors": assign_descriptors, "build_s": t_build,
+                         "exact_bruteforce_ms": 1000 * t_exact, "by_nprobe": rows}
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    if "train" in res:
+        r = res["train"]
+        click.echo(f"train {r['words']} words on {r['descriptors']} descriptors, {r['n_iter']} iterations: "
+                   f"{r['seconds']:.1f} s; assign {assign_descriptors}: {r['assign_ms']:.1f} ms, "
+                   f"agreement {r['agreement_exact']:.3f}")
+    if "assign" in res:
+        r = res["assign"]
+        click.echo(f"assign {assign_descriptors} descriptors to {r['words']} words (structure {r['build_s']:.1f} s; "
+                   f"brute force {r['exact_bruteforce_ms']:.0f} ms):")
+        for row in r["by_nprobe"]:
+            click.echo(f"  nprobe {row['nprobe']:3d}: {row['ms']:7.1f} ms, agreement {row['agreement_exact']:.3f}")
+
+
+@train.command("akm")
+@click.argument("descriptors", type=click.Path(exists=True, dir_okay=False))
+@click.option("--words", "n_words", required=True, type=int, help="Vocabulary size.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Output .npz.")
+@click.option("--n-iter", default=10, show_default=True)
+@click.option("--nprobe", default=8, show_default=True)
+@click.option("--max-descriptors", default=1_000_000, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
+    """Train a large vocabulary (approximate k-means) on a float32 .npy of descriptors (n, d)."""
+    import numpy as np
+
+    from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+
+    X = np.load(descriptors, mmap_mode="r", allow_pickle=False)
+    if X.ndim != 2:
+        raise ValueError(f"{descriptors}: expected a 2-d array (n, d); got shape {X.shape}.")
+    rng = np.random.default_rng(seed)
+    if X.shape[0] > max_descriptors:
+        X = X[np.sort(rng.choice(X.shape[0], max_descriptors, replace=False))]
+    v = ApproximateKMeans(n_words, n_iter=n_iter, nprobe=nprobe, random_state=seed).fit(np.asarray(X, np.float32))
+    path = v.save(out)
+    click.echo(f"{path}: {n_words} words, inertia {v.inertia_:.5f}")
