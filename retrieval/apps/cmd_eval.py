@@ -163,9 +163,12 @@ def _default_work_dir():
               "(default: $XDG_CACHE_HOME/retrieval/eval).")
 @click.option("--k", type=int, default=None, help="Ranked-list length (default: whole database up to 10,000).")
 @click.option("--workers", type=int, default=None, help="Feature-extraction processes (default: all cores).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a preset value (strict: the key must exist), e.g. projection.n_components=512, "
+                   "index.bits=64, search.method=lower_bound. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
 @click.pass_context
-def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, work, k, workers, as_json):
+def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, work, k, workers, overrides, as_json):
     """Evaluate PRESET on DATASET end to end: features (cached), training, index, queries, official score.
 
     \b
@@ -192,7 +195,7 @@ def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, wor
         train_images = walk_photos(train_root)
     work_dir = Path(work) if work else _default_work_dir()
     report = run_benchmark(ds, preset, work_dir=work_dir, train_images=train_images, k=k, workers=workers,
-                           out_dir=out, progress=not ctx.obj.get("quiet"))
+                           out_dir=out, progress=not ctx.obj.get("quiet"), overrides=overrides)
     for w in report["warnings"]:
         click.echo(f"WARNING: {w}", err=True)
     if as_json:

@@ -49,12 +49,38 @@ def groups_dataset(spec) -> RetrievalDataset:
                             notes=["Holidays protocol: query excluded from its own list"])
 
 
+def check_pipeline_support(preset: dict) -> None:
+    """Refuse, before any work, a preset whose aggregation or index type :mod:`retrieval.pipeline` cannot run.
+
+    The pipeline may declare ``AGGREGATION_METHODS`` and ``GLOBAL_INDEX_TYPES``; without them the first version's
+    ``("fisher", "vlad")`` and ``("flat", "ivfadc")`` are assumed (any other index type would silently fall back to
+    an exhaustive float search, which must not be reported as, e.g., ADC figures).
+    """
+    from retrieval import pipeline
+    from retrieval.presets import PresetUnavailableError
+
+    if preset.get("kind") not in ("global", "binary"):
+        return
+    aggs = tuple(getattr(pipeline, "AGGREGATION_METHODS", ("fisher", "vlad")))
+    method = (preset.get("aggregation") or {}).get("method")
+    if method not in aggs:
+        raise PresetUnavailableError(f"preset {preset['name']!r} needs aggregation {method!r}, which "
+                                     f"retrieval.pipeline does not run yet (it offers {', '.join(aggs)}).")
+    if preset["kind"] == "global":
+        types = tuple(getattr(pipeline, "GLOBAL_INDEX_TYPES", ("flat", "ivfadc")))
+        t = (preset.get("index") or {}).get("type", "flat")
+        if t not in types:
+            raise PresetUnavailableError(f"preset {preset['name']!r} needs index type {t!r} (ranking by that "
+                                         f"index's own distances), which retrieval.pipeline does not offer yet "
+                                         f"(it offers {', '.join(types)}).")
+
+
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
 def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None, train_images=None, k=None,
-                  workers: int | None = 1, out_dir=None, progress: bool = False) -> dict:
+                  workers: int | None = 1, out_dir=None, progress: bool = False, overrides=()) -> dict:
     """Evaluate ``preset`` on ``dataset``; returns the JSON report (also written to ``out_dir/report.json``).
 
     Parameters
@@ -74,6 +100,8 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         Feature-extraction processes (None = all cores).
     out_dir : path or None
         Official result files and ``report.json`` are written here.
+    overrides : sequence of "KEY=VALUE"
+        Strict preset overrides (:func:`retrieval.evaluation.paper_presets.apply_overrides`).
 
     Returns
     -------
@@ -83,6 +111,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         "query_seconds_mean", "k", "training", "warnings", "configuration", "library_version", ...}``
     """
     from retrieval import __version__
+    from retrieval.evaluation.paper_presets import apply_overrides
     from retrieval.features import FeatureExtractor
     from retrieval.features.parallel import extract_many
     from retrieval.features.store import FeatureStore
@@ -90,8 +119,9 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     from retrieval.persistence import write_json_atomic
     from retrieval.presets import check_available, load_preset, preset_digest
 
-    preset = load_preset(preset)
+    preset = apply_overrides(load_preset(preset), overrides)
     check_available(preset)  # before any work: names the missing pieces
+    check_pipeline_support(preset)
     work_dir = Path(work_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else work_dir / "features"
     warnings = []
