@@ -8,3 +8,7 @@ from retrieval.indexing.kernel_pca import KernelPCAEmbedding  # noqa: E402,F401
 from retrieval.indexing.kernel_search import KPCALSH, KPCAPQ  # noqa: E402,F401
 from retrieval.indexing.klsh import KLSH  # noqa: E402,F401
 from retrieval.indexing.rmmh import RMMH  # noqa: E402,F401
+# issue 4: PQ / ADC, IVFADC, the compiled table look-up scan (seed 002 V, VI-C)
+from retrieval.indexing.ivfadc import IVFADC  # noqa: E402,F401
+from retrieval.indexing.pq import ProductQuantizer  # noqa: E402,F401
+from retrieval.indexing.scan import lut_scan_topk  # noqa: E402,F401

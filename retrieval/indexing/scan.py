@@ -76,10 +76,10 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
     bias : float
         Added to every distance (the coarse term of IVFADC's distance decomposition).
     ids : ndarray of shape (n,) or (0,), dtype int64
-        Label reported for each row (rows with a negative label are skipped: removed entries); when empty, the
-        row index itself is reported.
+        Labels of the rows, only used to skip rows whose label is negative (removed entries); empty: no row
+        is skipped.
     hd, hi : ndarrays of shape (k,), float32 / int64
-        Max-heap updated in place.
+        Max-heap of (distance, row index) updated in place; ties broken by the smaller row index.
     """
     M = codes.shape[1]
     use_ids = ids.shape[0] > 0
@@ -94,9 +94,8 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
             s3 = table[6, c[6]] + table[7, c[7]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                lab = ids[r] if use_ids else r
-                if lab >= 0 and (d < thr or lab < thr_i):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, lab)
+                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
+                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
                     thr = hd[0]
                     thr_i = hi[0]
     elif M == 16:
@@ -108,9 +107,8 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
             s3 = table[12, c[12]] + table[13, c[13]] + table[14, c[14]] + table[15, c[15]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                lab = ids[r] if use_ids else r
-                if lab >= 0 and (d < thr or lab < thr_i):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, lab)
+                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
+                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
                     thr = hd[0]
                     thr_i = hi[0]
     else:
@@ -130,9 +128,8 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
                 s0 += table[m, c[m]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                lab = ids[r] if use_ids else r
-                if lab >= 0 and (d < thr or lab < thr_i):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, lab)
+                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
+                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
                     thr = hd[0]
                     thr_i = hi[0]
 
