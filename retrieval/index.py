@@ -206,7 +206,7 @@ class Index:
                                  f"{idx.preset['version']}, not {preset['name']!r} version {preset['version']}; "
                                  f"use another --index folder or delete this one.")
             return idx
-        if path.exists() and any(path.iterdir()):
+        if path.exists() and any(not p.name.startswith("catalog.db.tmp") for p in path.iterdir()):
             raise ValueError(f"{path}: folder exists and is not empty; refusing to create an index in it.")
         path.mkdir(parents=True, exist_ok=True)
         tmp = path / "catalog.db.tmp"
@@ -315,15 +315,7 @@ class Index:
                 raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
             self._backend, self._backend_gen = backend, gen
             return backend
-        for attempt in range(3):
-            try:
-                backend.load_state(self._gen_dir(gen) if gen else None)
-                break
-            except FileNotFoundError:  # a concurrent sync removed it: re-read the snapshot
-                if attempt == 2:
-                    raise
-                time.sleep(0.2)
-                gen, _ = self.catalog.snapshot()
+        backend.load_state(self._gen_dir(gen) if gen else None)
         self._backend, self._backend_gen = backend, gen
         return backend
 
@@ -336,6 +328,28 @@ class Index:
                     shutil.rmtree(p, ignore_errors=True)
         shutil.rmtree(self.path / "model.tmp", ignore_errors=True)
 
+    # ------------------------------------------------------------------ writer lock
+    def _writer_lock(self):
+        """An exclusive lock on ``<index>/.lock`` for the duration of a sync or remove (released by the kernel
+        when the process dies, so a killed run never leaves it held)."""
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def held():
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise RuntimeError(f"another 'retrieval index' or 'remove' is writing to {self.path}; "
+                                       f"wait for it to finish.") from None
+                yield
+            finally:
+                os.close(fd)
+
+        return held()
+
     # ------------------------------------------------------------------ sync
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
              progress: bool = False) -> SyncReport:
@@ -346,6 +360,10 @@ class Index:
         files are recorded with status ``error`` and listed in the report (``skip_errors`` only changes what
         the CLI's exit status is). Everything is committed in one catalog transaction (module docstring).
         """
+        with self._writer_lock():
+            return self._sync(folder_or_paths, workers, progress)
+
+    def _sync(self, folder_or_paths, workers, progress) -> SyncReport:
         t0 = time.perf_counter()
         if isinstance(folder_or_paths, (str, os.PathLike)):
             files = walk_photos(folder_or_paths)
@@ -576,6 +594,10 @@ class Index:
     # ------------------------------------------------------------------ remove
     def remove(self, paths: Sequence) -> int:
         """Drop images (paths or ids) from the index; returns how many were removed. Files are not touched."""
+        with self._writer_lock():
+            return self._remove(paths)
+
+    def _remove(self, paths: Sequence) -> int:
         gen, rows = self.catalog.snapshot()
         by_path = {r["path"]: r for r in rows}
         by_id = {r["id"]: r for r in rows}
@@ -649,7 +671,15 @@ class Index:
         from retrieval.features import parse_box, select_in_box, subset
 
         check_scalar(k, "k", "Index.search", low=1)
-        gen, rows = self.catalog.snapshot()
+        for attempt in range(5):
+            gen, rows = self.catalog.snapshot()
+            try:
+                backend = self._backend_for(gen) if gen else None
+                break
+            except FileNotFoundError:  # two syncs committed since our snapshot: take a fresh one
+                if attempt == 4:
+                    raise
+                time.sleep(0.1)
         if gen == 0:
             raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
         feats, _ = self.query_features(image)
@@ -669,7 +699,6 @@ class Index:
             feats = subset(feats, mask)
         else:
             box = (0.0, 0.0, float(w - 1), float(h - 1))
-        backend = self._backend_for(gen)
         by_id = {r["id"]: r for r in rows}
         store, key = self.store, self.extractor.config_key
 

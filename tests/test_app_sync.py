@@ -309,3 +309,20 @@ def test_presets_command_lists_bundled_presets():
     assert {"default", "compact", "object"} <= {r["name"] for r in rows}
     for r in rows:
         assert r["available"] == (not r["missing"])
+
+
+def test_second_writer_is_refused_while_one_runs(tmp_path, pool, model_dir, store_dir):
+    import fcntl
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    shutil.copy(pool[0], photos / pool[0].name)
+    idx = Index.create(tmp_path / "i", preset=small_preset(), model=model_dir, feature_store=store_dir)
+    fd = os.open(tmp_path / "i" / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running 'retrieval index' would
+        with pytest.raises(RuntimeError, match="another 'retrieval index'"):
+            idx.sync(photos)
+    finally:
+        os.close(fd)
+    assert idx.sync(photos).added == 1
