@@ -1,0 +1,145 @@
+"""Real data and measurements behind ``retrieval bench binary`` and ``retrieval bench kernels`` (issue 5).
+
+Data: every image listed in ``../shared/data/minibench.json`` (real photos), Hessian-affine + SIFT through
+:class:`retrieval.features.FeatureExtractor` with a :class:`~retrieval.features.store.FeatureStore` cache.
+Splits are by image (queries, training and base vectors never come from the same image).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.evaluation.recall import recall_at_r
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MINIBENCH = (ROOT / ".." / "shared" / "data" / "minibench.json").resolve()
+DEFAULT_CACHE = ROOT / ".cache" / "bench-features"
+
+
+def minibench_paths(spec=DEFAULT_MINIBENCH):
+    """(benchmark, list of absolute image paths in database order)."""
+    from retrieval.evaluation.groups import load_groups_spec
+
+    spec = Path(spec)
+    if not spec.exists():
+        raise FileNotFoundError(f"{spec}: minibench spec not found (the real images live in ../shared/data).")
+    bench = load_groups_spec(spec)
+    return bench, [bench.path(n) for n in bench.images]
+
+
+def load_features(paths, cache=DEFAULT_CACHE):
+    """Hessian-affine SIFT of each image (cached). Returns a list of LocalFeatures."""
+    from retrieval.features import FeatureExtractor
+    from retrieval.features.store import FeatureStore
+
+    store = FeatureStore(cache)
+    ex = FeatureExtractor("hesaff")
+    out = []
+    t0 = time.perf_counter()
+    for i, p in enumerate(paths):
+        out.append(store.get_or_extract(Path(p), ex))
+        if (i + 1) % 20 == 0:
+            logger.info("features: %d/%d images (%.0f s)", i + 1, len(paths), time.perf_counter() - t0)
+    return out
+
+
+def split_by_image(n_images, rng, fractions=(0.1, 0.2)):
+    """Random image split: (query images, training images, base images) as index arrays."""
+    perm = rng.permutation(n_images)
+    nq = max(1, int(round(fractions[0] * n_images)))
+    nt = max(1, int(round(fractions[1] * n_images)))
+    return np.sort(perm[:nq]), np.sort(perm[nq:nq + nt]), np.sort(perm[nq + nt:])
+
+
+def _stack(sets, idx, n, rng):
+    X = np.concatenate([sets[i] for i in idx]) if len(idx) else np.zeros((0, sets[0].shape[1]), np.float32)
+    if n is not None and X.shape[0] > n:
+        X = X[np.sort(rng.choice(X.shape[0], n, replace=False))]
+    return np.ascontiguousarray(X, dtype=np.float32)
+
+
+def sift_vectors(features, *, kind="rootsift", n_base=100_000, n_train=20_000, n_query=1000, seed=0):
+    """(train, base, queries) float32 descriptor matrices split by image.
+
+    ``kind="rootsift"``: RootSIFT (Euclidean search); ``kind="l1"``: SIFT divided by its l1 norm (chi2 search,
+    as the SIFT1M vectors of seed 001 section 5.1).
+    """
+    from retrieval.features import root_sift
+
+    rng = np.random.default_rng(seed)
+    if kind == "rootsift":
+        sets = [root_sift(f.descriptors) for f in features]
+    else:
+        sets = []
+        for f in features:
+            d = f.descriptors.astype(np.float32)
+            s = d.sum(axis=1, keepdims=True)
+            sets.append(d[s[:, 0] > 0] / s[s[:, 0] > 0])
+    qi, ti, bi = split_by_image(len(sets), rng)
+    return _stack(sets, ti, n_train, rng), _stack(sets, bi, n_base, rng), _stack(sets, qi, n_query, rng)
+
+
+def fisher_vectors(features, *, n_crops=40, k_gmm=64, pca_dim=64, seed=0):
+    """Fisher vectors (K=64 Gaussians on PCA-64 RootSIFT, power + L2: seed 002) of the whole images and of
+    ``n_crops`` random sub-windows of each image (to have thousands of real FVs for the recall measure).
+
+    Returns (full (n_images, D), crops (n_images * n_crops, D), crop_image (n_images * n_crops,) int64).
+    The GMM and the PCA are learnt on descriptors of every image (unsupervised; documented deviation).
+    """
+    from retrieval.aggregation import FisherVector
+    from retrieval.features import root_sift
+
+    rng = np.random.default_rng(seed)
+    desc = [root_sift(f.descriptors) for f in features]
+    sample = np.concatenate([d[rng.choice(len(d), min(len(d), 500), replace=False)] for d in desc if len(d)])
+    mean = sample.mean(axis=0)
+    _, _, vt = np.linalg.svd(sample - mean, full_matrices=False)
+    P = vt[:pca_dim].T.astype(np.float32)
+    red = [((d - mean) @ P).astype(np.float32) for d in desc]
+    fv = FisherVector(k_gmm, random_state=seed).fit(np.concatenate([r[rng.choice(len(r), min(len(r), 500),
+                                                                                  replace=False)] for r in red]))
+    full = fv.transform(red)
+    crop_sets, owner = [], []
+    for i, f in enumerate(features):
+        xy = f.frames[:, :2]
+        w, h = f.image_size
+        for _ in range(n_crops):
+            cw, ch = rng.uniform(0.3, 0.8) * w, rng.uniform(0.3, 0.8) * h
+            x0, y0 = rng.uniform(0, w - cw), rng.uniform(0, h - ch)
+            m = (xy[:, 0] >= x0) & (xy[:, 0] <= x0 + cw) & (xy[:, 1] >= y0) & (xy[:, 1] <= y0 + ch)
+            crop_sets.append(red[i][m])
+            owner.append(i)
+    crops = fv.transform(crop_sets)
+    keep = np.linalg.norm(crops, axis=1) > 0
+    return full, crops[keep], np.asarray(owner)[keep]
+
+
+def euclidean_gt(queries, base, k=1):
+    """Exact Euclidean k-NN ids (nq, k) by blocks."""
+    bn = (base.astype(np.float64) ** 2).sum(1)
+    out = np.empty((queries.shape[0], k), np.int64)
+    for s in range(0, queries.shape[0], 256):
+        q = queries[s:s + 256].astype(np.float64)
+        d = bn[None, :] - 2 * q @ base.T.astype(np.float64)
+        part = np.argpartition(d, k - 1, axis=1)[:, :k]
+        order = np.argsort(np.take_along_axis(d, part, 1), axis=1)
+        out[s:s + 256] = np.take_along_axis(part, order, 1)
+    return out
+
+
+def recall(ids, gt, r):
+    """Fraction of queries whose true nearest neighbour (gt[:, 0]) is in the first r results."""
+    return float(recall_at_r(ids, gt[:, :1], (r,))[r])
+
+
+def timed_search(index, queries, k, **kw):
+    """(distances, ids, ms per query)."""
+    t = time.perf_counter()
+    D, ids = index.search(queries, k, **kw)
+    return D, ids, 1000 * (time.perf_counter() - t) / max(1, len(queries))
