@@ -12,3 +12,4 @@ from retrieval.indexing.rmmh import RMMH  # noqa: E402,F401
 from retrieval.indexing.ivfadc import IVFADC  # noqa: E402,F401
 from retrieval.indexing.pq import ProductQuantizer  # noqa: E402,F401
 from retrieval.indexing.scan import lut_scan_topk  # noqa: E402,F401
+from retrieval.indexing.dim_select import select_dim  # noqa: E402,F401  (issue 4)
