@@ -32,6 +32,13 @@ from retrieval.persistence import atomic_write, load_estimator
 
 logger = logging.getLogger(__name__)
 
+AGGREGATION_METHODS = ("fisher", "vlad", "bow")
+"""Aggregations the global and binary backends run (``aggregation.method``)."""
+GLOBAL_INDEX_TYPES = ("flat", "ivfadc", "adc", "ivfadc_adc")
+"""``index.type`` of global presets: ``flat`` exhaustive inner product; ``ivfadc`` IVFADC shortlist re-scored
+exactly (from ``index.min_images`` images); ``adc`` exhaustive PQ/ADC ranking (seed 002 eq. 21-23, codes only);
+``ivfadc_adc`` IVFADC ranking by its own ADC distances (seed 002 VI-C, codes only)."""
+
 STATE_FORMAT = "retrieval-index-state"
 STATE_FORMAT_VERSION = 1
 
@@ -277,9 +284,12 @@ class GlobalBackend(Backend):
         elif agg["method"] == "vlad":
             model = A.VLAD(n_clusters=int(agg["n_components"]), alpha=float(agg.get("alpha", 0.5)),
                            random_state=seed)
+        elif agg["method"] == "bow":
+            model = A.BoW(n_clusters=int(agg["n_components"]), alpha=float(agg.get("alpha", 1.0)),
+                          idf=bool(agg.get("idf", True)), norm="l2", random_state=seed)
         else:
-            raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be 'fisher' or 'vlad'; "
-                             f"got {agg['method']!r}.")
+            raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be one of "
+                             f"{', '.join(AGGREGATION_METHODS)}; got {agg['method']!r}.")
         return model.fit(X)
 
     def train(self, features_of, n_images: int, progress=None) -> None:
@@ -306,25 +316,41 @@ class GlobalBackend(Backend):
         crash_point("train")
         Xp = self.local_pca.transform(X)
         self.aggregator = self._fit_vocabulary(Xp, rng)
+        if self.preset["aggregation"]["method"] == "bow" and getattr(self.aggregator, "idf", False):
+            self.aggregator.fit_idf([self._local(features_of(i)) for i in range(n_images)])
         if progress:
             progress(2, 3)
         self.projection = None
         proj = self.preset.get("projection")
+        rotate = bool((self.preset.get("index") or {}).get("rotation", False) or (proj or {}).get("rotation", False))
         if proj:
             n_out = int(proj["n_components"])
             if n_images >= 2 * n_out:
-                V = self._aggregate([features_of(i) for i in range(n_images)], project=False)
+                V = self._aggregate([features_of(i) for i in range(n_images)], project=False, dense=False)
                 from retrieval.aggregation import PCAProjection
 
                 self.projection = PCAProjection(n_components=n_out, whiten=bool(proj.get("whiten", False)),
                                                 renormalize=bool(proj.get("renormalize", False)),
-                                                random_state=int(rng.integers(2**31 - 1))).fit(V)
+                                                rotation=rotate, random_state=int(rng.integers(2**31 - 1))).fit(V)
             else:
                 logger.info("projection to %d dimensions skipped: only %d training images (needs %d)",
                             n_out, n_images, 2 * n_out)
+        self._fit_index_model(features_of, n_images, rng)
         if progress:
             progress(3, 3)
         self.trained = True
+
+    def _fit_index_model(self, features_of, n_images, rng) -> None:
+        """Hook for backends whose codes are trained with the model (ADC, IVFADC ranked by ADC)."""
+        return None
+
+    def _local(self, f) -> np.ndarray:
+        """RootSIFT then local PCA of one image's descriptors, (n, d) float32."""
+        from retrieval.features import root_sift
+
+        if len(f) == 0:
+            return np.zeros((0, self.local_pca.n_components), np.float32)
+        return np.asarray(self.local_pca.transform(root_sift(f.descriptors)), dtype=np.float32)
 
     def save_model(self, folder: Path) -> dict:
         folder = Path(folder)
@@ -351,16 +377,24 @@ class GlobalBackend(Backend):
         return int(agg["n_components"]) * int(self.local_pca.n_components)
 
     # ------------------------------------------------------------------ encoding
-    def _aggregate(self, features: Sequence, project: bool = True) -> np.ndarray:
-        from retrieval.aggregation import l2_normalize
-        from retrieval.features import root_sift
+    def _aggregate(self, features: Sequence, project: bool = True, dense: bool = True):
+        """Aggregated vectors (n, D) — projected to D' and L2-normalised when ``project``; a sparse BoW stays
+        sparse when ``dense`` is False (PCA training)."""
+        import scipy.sparse as sp
 
-        descs = [self.local_pca.transform(root_sift(f.descriptors)) if len(f) else
-                 np.zeros((0, self.local_pca.n_components), np.float32) for f in features]
-        V = np.asarray(self.aggregator.transform(descs), dtype=np.float32)
+        from retrieval.aggregation import l2_normalize
+
+        V = self.aggregator.transform([self._local(f) for f in features])
         if project and self.projection is not None:
             V = self.projection.transform(V)
-        return np.asarray(l2_normalize(V), dtype=np.float32)
+        if sp.issparse(V):
+            if not dense:
+                return V.astype(np.float32)
+            if V.shape[1] > 65536:
+                raise ValueError(f"preset {self.preset['name']!r}: a {V.shape[1]}-d sparse vector without "
+                                 f"projection is not supported by the global backend (set 'projection').")
+            V = V.toarray()
+        return np.asarray(l2_normalize(np.asarray(V, dtype=np.float32)), dtype=np.float32)
 
     def encode(self, features: Sequence) -> np.ndarray:
         """Global vectors of images, ndarray of shape (n, D'), float32, unit rows (zero for no features)."""
@@ -499,9 +533,16 @@ class GlobalBackend(Backend):
 def make_backend(preset: dict) -> Backend:
     """The backend for ``preset['kind']``."""
     kind = preset["kind"]
-    if kind == "global":
-        return GlobalBackend(preset)
     from retrieval import pipeline_backends
+
+    if kind == "global":
+        itype = (preset.get("index") or {}).get("type", "flat")
+        if itype not in GLOBAL_INDEX_TYPES:
+            raise ValueError(f"preset {preset['name']!r}: index.type must be one of {', '.join(GLOBAL_INDEX_TYPES)}; "
+                             f"got {itype!r}.")
+        if itype in ("adc", "ivfadc_adc"):
+            return pipeline_backends.CodesBackend(preset)
+        return GlobalBackend(preset)
 
     if kind == "binary":
         return pipeline_backends.BinaryBackend(preset)

@@ -43,6 +43,138 @@ def _check_state_header(folder: Path, kind: str) -> dict:
     return header
 
 
+class CodesBackend(GlobalBackend):
+    """Global vectors stored only as PQ codes and ranked by the codes' own asymmetric distances.
+
+    ``index.type == "adc"``: a :class:`retrieval.indexing.ProductQuantizer` (``M`` x ``nbits``) trained with the
+    model; exhaustive ADC ranking (seed 002 eq. 21-23) through :func:`retrieval.indexing.scan.lut_scan_topk`.
+    State: ``ids.npy`` (n,) int64, ``codes.npy`` (n, M) uint8/uint16.
+    ``index.type == "ivfadc_adc"``: a :class:`retrieval.indexing.IVFADC` trained with the model, updated in
+    place by add/remove, ranked by its ADC distances (seed 002 VI-C). State: ``ids.npy`` and ``ivfadc/``.
+    ``score`` = minus the (squared Euclidean) ADC distance. Needs at least ``2**nbits`` (and ``nlist``)
+    training images.
+    """
+
+    def __init__(self, preset: dict):
+        super().__init__(preset)
+        self.pq = None
+        self._codes = None
+
+    @property
+    def itype(self) -> str:
+        return self.preset["index"]["type"]
+
+    def _fit_index_model(self, features_of, n_images, rng) -> None:
+        ix = self.preset["index"]
+        need = max(2 ** int(ix["nbits"]), int(ix.get("nlist", 1)) if self.itype == "ivfadc_adc" else 1)
+        if n_images < need:
+            raise ValueError(f"preset {self.preset['name']!r}: its {self.itype} index needs at least {need} training "
+                             f"images (2**nbits codewords{' and nlist lists' if self.itype == 'ivfadc_adc' else ''}); "
+                             f"got {n_images}.")
+        V = self._aggregate([features_of(i) for i in range(n_images)])
+        seed = int(rng.integers(2**31 - 1))
+        from retrieval.indexing import IVFADC, ProductQuantizer
+
+        if self.itype == "adc":
+            self.pq = ProductQuantizer(M=int(ix["M"]), nbits=int(ix["nbits"]), random_state=seed).fit(V)
+        else:
+            self.ivf = IVFADC(nlist=int(ix["nlist"]), M=int(ix["M"]), nbits=int(ix["nbits"]),
+                              nprobe=int(ix.get("nprobe", 1)), random_state=seed).fit(V)
+
+    def save_model(self, folder: Path) -> dict:
+        info = super().save_model(folder)
+        if self.itype == "adc":
+            self.pq.save(Path(folder) / "pq.npz")
+            info["files"].append("pq.npz")
+        else:
+            self.ivf.save(Path(folder) / "ivfadc")
+            info["files"].append("ivfadc")
+        return info
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        super().load_model(folder, info)
+        if self.itype == "adc":
+            self.pq = load_estimator(Path(folder) / "pq.npz")
+        else:
+            from retrieval.indexing import IVFADC
+
+            self.ivf = IVFADC.load(Path(folder) / "ivfadc", mmap=False)
+
+    def add(self, ids, features, progress=None) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        half = len(features) // 2
+        chunks = []
+        for s in range(0, len(features), 64):
+            V = self.encode(features[s:s + 64])
+            if self.itype == "adc":
+                chunks.append(self.pq.encode(V))
+            else:
+                self.ivf.add(V, ids=ids[s:s + 64])
+            if progress:
+                progress(min(s + 64, len(features)), len(features))
+            if s <= half < s + 64:
+                crash_point("encode")
+        if self.itype == "adc":
+            C = np.concatenate(chunks, axis=0)
+            old = np.zeros((0, C.shape[1]), C.dtype) if self._codes is None else np.asarray(self._codes)
+            self._codes = np.concatenate([old, C], axis=0)
+        self._ids = np.concatenate([self._ids, ids])
+
+    def remove(self, ids) -> None:
+        ids = np.asarray(list(ids), dtype=np.int64)
+        if len(ids) == 0 or len(self._ids) == 0:
+            return
+        keep = ~np.isin(self._ids, ids)
+        if self.itype == "adc":
+            self._codes = np.asarray(self._codes)[keep]
+        else:
+            self.ivf.remove(ids[np.isin(ids, self._ids)])
+        self._ids = self._ids[keep]
+
+    def save_state(self, folder: Path) -> None:
+        folder = Path(folder)
+        write_npy(folder / "ids.npy", self._ids)
+        if self.itype == "adc":
+            codes = np.zeros((0, self.pq.M), self.pq.code_dtype) if self._codes is None else np.asarray(self._codes)
+            write_npy(folder / "codes.npy", codes)
+        else:
+            self.ivf.save(folder / "ivfadc")
+        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
+                  "index_type": self.itype, "ntotal": int(len(self._ids))}
+        with atomic_write(folder / "state.json", "w") as fh:
+            json.dump(header, fh, indent=2, sort_keys=True)
+
+    def load_state(self, folder) -> None:
+        if folder is None:
+            self._ids, self._codes = np.empty(0, np.int64), None
+            return
+        folder = Path(folder)
+        _check_state_header(folder, self.kind)
+        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
+        if self.itype == "adc":
+            self._codes = read_npy(folder / "codes.npy", mmap=True)
+        else:
+            from retrieval.indexing import IVFADC
+
+            self.ivf = IVFADC.load(folder / "ivfadc", mmap=True)
+
+    def first_stage(self, q, k):
+        n = len(self._ids)
+        if n == 0:
+            return []
+        kk = min(k, n)
+        if self.itype == "adc":
+            from retrieval.indexing.scan import lut_scan_topk
+
+            tables = self.pq.compute_distance_tables(q[None, :])
+            D, rows = lut_scan_topk(tables, np.ascontiguousarray(self._codes), kk)
+            return [Hit(int(self._ids[r]), 0.0 - float(d)) for d, r in zip(D[0], rows[0], strict=True) if r >= 0]
+        D, found = self.ivf.search(q[None, :], kk)
+        return [Hit(int(i), 0.0 - float(d)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
+
+
 class BinaryBackend(GlobalBackend):
     """Global vector -> binary code; asymmetric (or Hamming) search; spatial re-ranking of the shortlist."""
 
