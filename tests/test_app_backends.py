@@ -138,3 +138,32 @@ def test_spatial_rerank_orders_verified_first(monkeypatch):
     assert [h.id for h in out] == [2, 3, 1, 4, 5]
     assert [h.inliers for h in out] == [30, 8, 2, 0, None]
     assert out[0].box == (0.0, 0.0, 99.0, 99.0) and out[2].box is None
+
+
+def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
+    """index.type 'adc': the ranking and scores are the ADC distances (squared distance of the query to each
+    decoded code, seed 002 eq. 21), through a saved and re-loaded generation."""
+    from retrieval.indexing import ProductQuantizer
+    from retrieval.pipeline import make_backend
+    from retrieval.pipeline_backends import CodesBackend
+
+    V, ids, Q = data
+    preset = load_preset("default")
+    preset["index"] = {"type": "adc", "M": 8, "nbits": 6}
+    b = make_backend(preset)
+    assert isinstance(b, CodesBackend)
+    b.pq = ProductQuantizer(M=8, nbits=6, random_state=0).fit(V)
+    b._ids = ids.copy()
+    b._codes = b.pq.encode(V)
+    b.remove(ids[:5])
+    b.save_state(tmp_path)
+    c = make_backend(preset)
+    c.pq = b.pq
+    c.load_state(tmp_path)
+    decoded = b.pq.decode(np.asarray(c._codes))
+    for q in Q[:5]:
+        d = ((decoded - q) ** 2).sum(axis=1)
+        order = np.lexsort((c.ids, d))[:10]
+        hits = c.first_stage(q, 10)
+        assert [h.id for h in hits] == [int(c.ids[o]) for o in order]
+        assert np.allclose([-h.score for h in hits], d[order], atol=1e-4)
