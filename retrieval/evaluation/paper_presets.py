@@ -71,8 +71,10 @@ def _global(name, description, agg, k, *, projection=128, index=None, paper=None
         "requires": ["retrieval.features:FeatureExtractor", "retrieval.features:root_sift",
                      "retrieval.features:LocalPCA", *requires],
         "features": dict(FEATURES),
-        "local_pca": {"n_components": 64, "whiten": False},
-        "aggregation": {"method": agg, "n_components": k, "alpha": 0.5},
+        # BoW: the paper quantises the full SIFT; a 128-component PCA is only a rotation (k-means is invariant)
+        "local_pca": {"n_components": 128 if agg == "bow" else 64, "whiten": False},
+        "aggregation": ({"method": "bow", "n_components": k, "alpha": 1.0, "idf": True} if agg == "bow" else
+                        {"method": agg, "n_components": k, "alpha": 0.5}),
         "projection": None if projection is None else {"n_components": projection, "whiten": False,
                                                        "renormalize": False},
         "index": index or {"type": "flat"},
@@ -95,7 +97,7 @@ def build() -> dict:
         if (agg, k) in TABLE_II:
             paper["table_II"] = TABLE_II[(agg, k)]
         desc = (f"Seed 002 Table I row {agg_class[agg]} K={k}: "
-                + ("BoW histogram, idf, L2 (Sec. II-A)" if agg == "bow" else
+                + ("RootSIFT (the paper: SIFT) BoW histogram, idf, L2 (Sec. II-A)" if agg == "bow" else
                    "RootSIFT-PCA64, " + ("Fisher vector (eq. 6)" if agg == "fisher" else "VLAD (eq. 18)")
                    + ", power 0.5 + L2 (eq. 7)")
                 + ", PCA to D' = 128 by default, exhaustive search, no re-ranking.")
