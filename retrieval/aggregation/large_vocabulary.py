@@ -49,25 +49,30 @@ def _insert(dist, idx, d, i):
 
 
 @njit(fastmath=True, inline="always")
-def _dots_into(Xr, i, AT, a, b, nrm, buf):
-    """buf[w - a] = nrm[w] - 2 <Xr[i], AT[:, w]> for w in [a, b); AT is (d', K), so the loop runs along words
-    (contiguous) and LLVM vectorises it without horizontal sums."""
+def _dots_into(Xr, i, blk, start, n, nrm, a, buf):
+    """buf[j] = nrm[a + j] - 2 <Xr[i], word a + j> for j < n, the n words being stored transposed in
+    ``blk[start + t * n + j]`` (dimension-major inside their cell): the loop runs along contiguous words and LLVM
+    vectorises it without horizontal sums."""
     dr = Xr.shape[1]
-    for w in range(a, b):
-        buf[w - a] = nrm[w]
+    b = buf[:n]
+    nn = nrm[a:a + n]
+    for j in range(n):
+        b[j] = nn[j]
     for t in range(dr):
         x2 = np.float32(-2.0) * Xr[i, t]
-        for w in range(a, b):
-            buf[w - a] += x2 * AT[t, w]
+        row = blk[start + t * n: start + (t + 1) * n]      # slices: LLVM then proves the bounds and vectorises
+        for j in range(n):
+            b[j] += x2 * row[j]
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_rT, words_nrm, words, nprobe, n_cand, m,
+def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, words, nprobe, n_cand, m,
              out_w, out_d):
     """For each row of X: nprobe nearest cells (PCA space), n_cand best words there (PCA space), m best exact."""
     n = X.shape[0]
-    C = coarse_rT.shape[1]
+    C = coarse_rT.shape[0] // Xr.shape[1]
     d = X.shape[1]
+    dr = Xr.shape[1]
     max_cell = 0
     for c in range(C):
         max_cell = max(max_cell, cell_indptr[c + 1] - cell_indptr[c])
@@ -75,7 +80,7 @@ def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_rT, words_nrm, wor
         buf = np.empty(max(C, max_cell), dtype=np.float32)
         pd = np.full(nprobe, np.inf, dtype=np.float32)
         pc = np.full(nprobe, -1, dtype=np.int64)
-        _dots_into(Xr, i, coarse_rT, 0, C, coarse_nrm, buf)
+        _dots_into(Xr, i, coarse_rT, 0, C, coarse_nrm, 0, buf)
         for c in range(C):
             if buf[c] < pd[nprobe - 1]:
                 _insert(pd, pc, buf[c], c)
@@ -87,7 +92,7 @@ def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_rT, words_nrm, wor
                 continue
             lo = cell_indptr[c]
             hi = cell_indptr[c + 1]
-            _dots_into(Xr, i, words_rT, lo, hi, words_nrm, buf)
+            _dots_into(Xr, i, words_blk, lo * dr, hi - lo, words_nrm, lo, buf)
             for w in range(lo, hi):
                 if buf[w - lo] < cd[n_cand - 1]:
                     _insert(cd, cw, buf[w - lo], w)
@@ -178,9 +183,13 @@ class _Structure:
         # derived (not saved): projected words and cells, transposed (d', K) for the vectorised scan
         words_r = (self.words - self.mean) @ self.components
         coarse_r = (self.coarse - self.mean) @ self.components
-        self.words_rT = np.ascontiguousarray(words_r.T)
+        blk = np.empty(words_r.size, dtype=np.float32)
+        for c in range(self.cell_indptr.shape[0] - 1):
+            lo, hi = self.cell_indptr[c], self.cell_indptr[c + 1]
+            blk[lo * words_r.shape[1]: hi * words_r.shape[1]] = words_r[lo:hi].T.ravel()
+        self.words_blk = blk
         self.words_nrm = _sqnorms(words_r)
-        self.coarse_rT = np.ascontiguousarray(coarse_r.T)
+        self.coarse_rT = np.ascontiguousarray(coarse_r.T).ravel()
         self.coarse_nrm = _sqnorms(coarse_r)
 
     def knn(self, X, nprobe, n_cand, m, batch_size=65536):
@@ -191,7 +200,7 @@ class _Structure:
         for a in range(0, n, batch_size):
             xb = np.ascontiguousarray(X[a:a + batch_size])
             xr = np.ascontiguousarray((xb - self.mean) @ self.components)
-            _ivf_knn(xb, xr, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_rT, self.words_nrm,
+            _ivf_knn(xb, xr, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_blk, self.words_nrm,
                      self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size], out_d[a:a + batch_size])
         return out_w, out_d
 
