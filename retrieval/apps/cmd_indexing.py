@@ -31,6 +31,8 @@ def _bench_options(fn):
         click.option("--synthetic-codes", is_flag=True, help="Inject random codes (speed and memory only, no recall)."),
         click.option("--data", "data_", type=click.Choice(["gaussian", "rootsift"]), default="gaussian",
                      show_default=True, help="Gaussian vectors, or RootSIFT of the shared real images (cached)."),
+        click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
+                     help="Interleaved timing repetitions; the minimum per library is reported."),
         click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=".cache", show_default=True,
                      help="Where extracted RootSIFT descriptors are cached."),
@@ -61,7 +63,8 @@ def _run(kind, as_json, data_, synthetic_codes, **kw):
             line += "  recall@1/10/100 " + " ".join(f"{r[f'recall@{x}']:.4f}" for x in (1, 10, 100))
         if "rss_bytes" in r:
             line += (f"  RSS {r['rss_bytes'] / 2**30:.3f} GiB for {r['codes_plus_ids_bytes'] / 2**30:.3f} GiB "
-                     f"of codes+ids ({r['rss_over_payload']:.3f}x)")
+                     f"of codes+ids ({r['rss_over_payload']:.3f}x; growth while filling "
+                     f"{r['rss_growth_over_payload']:.3f}x)")
         click.echo(line)
     if "ratio" in res:
         click.echo(f"  ratio ours/faiss time: {res['ratio']:.3f}")
