@@ -196,8 +196,7 @@ def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, wor
     work_dir = Path(work) if work else _default_work_dir()
     report = run_benchmark(ds, preset, work_dir=work_dir, train_images=train_images, k=k, workers=workers,
                            out_dir=out, progress=not ctx.obj.get("quiet"), overrides=overrides)
-    for w in report["warnings"]:
-        click.echo(f"WARNING: {w}", err=True)
+    # report["warnings"] were already logged on stderr by the runner
     if as_json:
         click.echo(_dump(report))
         return
