@@ -182,3 +182,17 @@ def test_recall_close_to_faiss_ivfpq():
     ro = _recall(ours.search(xq, 10)[1], gt, 10)
     rf = _recall(ref.search(xq, 10)[1], gt, 10)
     assert ro >= rf - 0.06, (ro, rf)  # 300 queries; the 0.01 criterion is measured by `retrieval bench ivfadc`
+
+
+def test_threads_and_uint16_codes(setup):
+    X, Q, ix, gt = setup
+    a, b = ix.search(Q, 20, nprobe=4), ix.search(Q, 20, nprobe=4, threads=2)
+    np.testing.assert_array_equal(a[1], b[1])
+    wide = IVFADC(8, 2, 9, 8, n_iter=3, random_state=0).fit(X[:1500])
+    wide.add(X[:1000])
+    assert wide.codes_.dtype == np.uint16 and wide.codes_.max() < 512
+    D, ids = wide.search(Q[:5], 1000)  # nprobe = nlist, k = n: exhaustive ADC over every list
+    pos = np.argsort(wide.ids_)[ids]
+    lists = np.searchsorted(wide.offsets_, pos, side="right") - 1
+    rec = wide.centroids_[lists] + wide.pq_.decode(wide.codes_[pos.reshape(-1)]).reshape(5, 1000, 16)
+    np.testing.assert_allclose(D, ((Q[:5, None, :] - rec) ** 2).sum(-1), rtol=1e-4, atol=1e-3)
