@@ -119,11 +119,12 @@ def _speed_rows(n=1_000_000, nbytes=8, nq=100, k=100, seed=0):
               help="Comma-separated subset of LSH,LSBC,SH,PCAE,PCAE-RR,PCAE-ITQ.")
 @click.option("--with-hat", is_flag=True, help="Also report d_E-hat (seed 000 eq. 27).")
 @click.option("--speed", is_flag=True, help="Only the speed comparison (1M codes of 8 bytes, one thread).")
+@click.option("--n-codes", default=1_000_000, show_default=True, help="Database codes of the --speed run.")
 @click.option("--n-base", default=100_000, show_default=True, help="SIFT base vectors.")
 @click.option("--n-query", default=1000, show_default=True, help="Queries.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
-def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_base, n_query, seed, as_json):
+def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, seed, as_json):
     """Recall of the six binary embeddings with Hamming, d_E and d_LB (seed 000), on real data.
 
     Rows: {"embedding", "bits", "distance", "recall@10", "recall@100", "ms_per_query"} (+ "mAP" on minibench
@@ -132,7 +133,7 @@ def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_base, n_query, 
     from retrieval.apps import binary_bench as bb
 
     if speed:
-        out = _speed_rows(seed=seed)
+        out = _speed_rows(n=n_codes, seed=seed)
         click.echo(json.dumps(out, indent=None if as_json else 2))
         return
     bits = _int_list(bits)
