@@ -76,3 +76,39 @@ def test_eval_run_errors(tmp_path):
     assert res.exit_code != 0 and "1491 of 1491 files missing" in res.output
     res = CliRunner().invoke(main, ["eval", "run", "nope", "--root", str(tmp_path)])
     assert res.exit_code != 0 and "unknown dataset" in res.output
+
+
+def test_run_benchmark_box_queries_oxford_format(tmp_path):
+    """A query outside the database searched with its box, scored and written in the compute_ap format."""
+    from retrieval.datasets.base import Query, RetrievalDataset
+    from retrieval.evaluation.oxford import (
+        OxfordQuery,
+        read_results_folder,
+        score_oxford,
+        write_results_folder,
+    )
+    from retrieval.evaluation.runner import run_benchmark
+
+    preset = first_available(("object", "default", "compact"))
+    data = shared_path("opencv_samples")
+    homogr = shared_path("homogr")
+    names = ["box_in_scene.png", "leuvenA.jpg", "cityA.png"]
+    paths = {n: (homogr if n.startswith("city") else data) / n for n in names}
+    gt = {"box_1": OxfordQuery(name="box_1", image="box", box=(0.0, 0.0, 323.0, 222.0),
+                               good=frozenset({"box_in_scene.png"}), ok=frozenset(), junk=frozenset({"cityA.png"}))}
+
+    def writer(rankings, folder):
+        write_results_folder(folder, rankings)
+        return [folder / f"{q}.txt" for q in rankings]
+
+    ds = RetrievalDataset(
+        name="toy-oxford", root=tmp_path, database=names, paths=paths,
+        queries=[Query(name="box_1", path=data / "box.png", box=(0.0, 0.0, 323.0, 222.0))],
+        scorer=lambda r: {"mAP": score_oxford(r, gt).mAP, "per_query": score_oxford(r, gt).per_query},
+        writer=writer)
+    report = run_benchmark(ds, preset, work_dir=tmp_path / "w", out_dir=tmp_path / "out", workers=1,
+                           overrides=["features.max_side=512"])
+    ranked = read_results_folder(tmp_path / "out" / "results", gt)["box_1"]
+    assert sorted(ranked) == sorted(normalize_name(n) for n in names)  # each database image once, no query
+    assert report["mAP"] == score_oxford({"box_1": ranked}, gt).mAP
+    assert report["queries"] == 1 and report["k"] == 3
