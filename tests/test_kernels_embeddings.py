@@ -182,6 +182,11 @@ def test_kpcalsh_save_load(tmp_path):
     e = KPCALSH(16, n_landmarks=50, random_state=0).fit(X)
     f = KPCALSH.load(e.save(tmp_path / "k"))
     np.testing.assert_array_equal(e.encode(X[:20]), f.encode(X[:20]))
+    idx = KPCAPQ("chi2", 50, 16, M=4, nbits=4, random_state=0).fit(X)
+    idx.add(X[:100])
+    back = KPCAPQ.load(idx.save(tmp_path / "pq"))
+    for kw in ({}, {"rerank_size": 20}):
+        np.testing.assert_array_equal(idx.search(X[:5], 5, **kw)[1], back.search(X[:5], 5, **kw)[1])
 
 
 @pytest.mark.parametrize("kernel,ns,final_tol", [("chi2", (1, 3, 10), 5e-4), ("intersection", (1, 10, 20), 5e-2),

@@ -16,11 +16,12 @@ from retrieval.indexing.binary_embeddings import BinaryEmbedding, random_orthogo
 from retrieval.indexing.kernel_exact import rerank
 from retrieval.indexing.kernel_pca import KernelPCAEmbedding
 from retrieval.indexing.kernels import check_histograms
+from retrieval.persistence import PersistableMixin
 
 PREPROCESSING = ("permutation", "rotation", "none")
 
 
-class KPCAPQ:
+class KPCAPQ(PersistableMixin):
     """KPCA + PQ for kernel NN search (seed 001, 4.1-4.3, 5.2.1).
 
     Parameters
@@ -40,6 +41,7 @@ class KPCAPQ:
 
     Attributes: ``kpca_`` (KernelPCAEmbedding), ``transform_`` (E, E) float32 (permutation or rotation
     matrix; identity for "none"), ``pq_`` (ProductQuantizer), ``base_`` (n, d) float32 when kept.
+    ``save``/``load`` store the nested KPCA and PQ arrays as ``kpca_*`` / ``pq_*`` members.
     """
 
     def __init__(self, kernel: str = "chi2", n_landmarks: int = 1024, n_components: int = 128, *, M: int = 16,
@@ -87,6 +89,23 @@ class KPCAPQ:
     @property
     def ntotal(self) -> int:
         return self.pq_.ntotal if hasattr(self, "pq_") else 0
+
+    def _extra_state(self):
+        attrs, arrays = _kpca_state(self.kpca_)
+        arrays.update({"pq_codebooks": self.pq_.codebooks_, "pq_codes": self.pq_.codes_})
+        return attrs, arrays
+
+    def _set_extra_state(self, attributes, arrays):
+        from retrieval.indexing.pq import ProductQuantizer
+
+        self.kpca_ = _kpca_from_state(self.kernel, self.n_components, self.gamma, attributes, arrays)
+        pq = ProductQuantizer(self.M, self.nbits)
+        books = arrays["pq_codebooks"]
+        pq.codebooks_ = books
+        pq.d_, pq.dsub_, pq.ksub_ = int(books.shape[0] * books.shape[2]), int(books.shape[2]), int(books.shape[1])
+        pq.codes_ = arrays["pq_codes"]
+        pq._sdc = None
+        self.pq_ = pq
 
     def add(self, X) -> None:
         """Embed, encode and store ``X`` (n, d); keep the vectors when ``keep_vectors``."""
@@ -139,15 +158,22 @@ class KPCALSH(BinaryEmbedding):
         return self.kpca_.transform(X) @ self.projections_
 
     def _extra_state(self):
-        k = self.kpca_
-        return ({"kpca_ncomp": k.n_components_, "kpca_dim": k.d_},
-                {"kpca_landmarks": k.landmarks_, "kpca_coef": k.coef_, "kpca_offset": k.offset_,
-                 "kpca_eigenvalues": k.eigenvalues_, "kpca_mean_coef": k.mean_coef_})
+        return _kpca_state(self.kpca_)
 
     def _set_extra_state(self, attributes, arrays):
         E = self.nbits if self.n_components is None else self.n_components
-        k = KernelPCAEmbedding(self.kernel, len(arrays["kpca_landmarks"]), E, gamma=self.gamma)
-        k.landmarks_, k.coef_, k.offset_ = arrays["kpca_landmarks"], arrays["kpca_coef"], arrays["kpca_offset"]
-        k.eigenvalues_, k.mean_coef_ = arrays["kpca_eigenvalues"], arrays["kpca_mean_coef"]
-        k.n_components_, k.d_ = attributes["kpca_ncomp"], attributes["kpca_dim"]
-        self.kpca_ = k
+        self.kpca_ = _kpca_from_state(self.kernel, E, self.gamma, attributes, arrays)
+
+
+def _kpca_state(k):
+    return ({"kpca_ncomp": k.n_components_, "kpca_dim": k.d_},
+            {"kpca_landmarks": k.landmarks_, "kpca_coef": k.coef_, "kpca_offset": k.offset_,
+             "kpca_eigenvalues": k.eigenvalues_, "kpca_mean_coef": k.mean_coef_})
+
+
+def _kpca_from_state(kernel, E, gamma, attributes, arrays):
+    k = KernelPCAEmbedding(kernel, len(arrays["kpca_landmarks"]), E, gamma=gamma)
+    k.landmarks_, k.coef_, k.offset_ = arrays["kpca_landmarks"], arrays["kpca_coef"], arrays["kpca_offset"]
+    k.eigenvalues_, k.mean_coef_ = arrays["kpca_eigenvalues"], arrays["kpca_mean_coef"]
+    k.n_components_, k.d_ = attributes["kpca_ncomp"], attributes["kpca_dim"]
+    return k
