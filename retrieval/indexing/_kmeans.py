@@ -11,10 +11,38 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+from numba import njit
 
 logger = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 4 << 20
+_SMALL_D = 32  # below: fused numba kernel (PQ sub-spaces); above: BLAS
+
+
+@njit(cache=True, nogil=True)
+def _assign_small(X, Ct, cn, labels, sqd):
+    """Fused nearest-centroid search for small d: X (n, d) float32, Ct (d, k) float32, cn (k,) float32."""
+    n, d = X.shape
+    k = Ct.shape[1]
+    buf = np.empty(k, dtype=np.float32)
+    for i in range(n):
+        for j in range(k):
+            buf[j] = cn[j]
+        xn = np.float32(0.0)
+        for t in range(d):
+            v = X[i, t]
+            xn += v * v
+            v2 = np.float32(-2.0) * v
+            for j in range(k):
+                buf[j] += v2 * Ct[t, j]
+        best = 0
+        bv = buf[0]
+        for j in range(1, k):
+            if buf[j] < bv:
+                bv = buf[j]
+                best = j
+        labels[i] = best
+        sqd[i] = max(bv + xn, np.float32(0.0))
 
 
 def assign(X: np.ndarray, centroids: np.ndarray, *, centroid_norms: np.ndarray | None = None
@@ -39,6 +67,10 @@ def assign(X: np.ndarray, centroids: np.ndarray, *, centroid_norms: np.ndarray |
     cn = (centroids.astype(np.float32) ** 2).sum(1) if centroid_norms is None else centroid_norms
     labels = np.empty(n, dtype=np.int64)
     sqd = np.empty(n, dtype=np.float32)
+    if X.shape[1] <= _SMALL_D:
+        _assign_small(np.ascontiguousarray(X, dtype=np.float32), np.ascontiguousarray(centroids.T, dtype=np.float32),
+                      np.ascontiguousarray(cn, dtype=np.float32), labels, sqd)
+        return labels, sqd
     step = max(1, min(n, _CHUNK_BYTES // (4 * max(k, 1))))
     ct = np.ascontiguousarray(centroids.T, dtype=np.float32)
     for a in range(0, n, step):
