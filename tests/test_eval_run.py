@@ -83,6 +83,7 @@ def test_run_benchmark_box_queries_oxford_format(tmp_path):
     from retrieval.datasets.base import Query, RetrievalDataset
     from retrieval.evaluation.oxford import (
         OxfordQuery,
+        normalize_name,
         read_results_folder,
         score_oxford,
         write_results_folder,
