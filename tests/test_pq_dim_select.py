@@ -47,3 +47,12 @@ def test_validation(spectrum_data):
         select_dim(spectrum_data[:200], 2)
     with pytest.raises(ValueError, match="whole number"):
         select_dim(spectrum_data, 1, nbits=3)
+
+
+def test_chosen_projection_is_pca_plus_rotation(spectrum_data):
+    r = select_dim(spectrum_data, 2, candidates=[8, 16], n_iter=2, random_state=0)
+    proj = r.make_projection(random_state=0).fit(spectrum_data)
+    Z = proj.transform(spectrum_data)
+    assert Z.shape == (900, r.best_dim) and proj.rotation_ is not None
+    R = proj.rotation_.astype(np.float64)
+    np.testing.assert_allclose(R @ R.T, np.eye(r.best_dim), atol=1e-5)

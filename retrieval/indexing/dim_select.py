@@ -50,6 +50,13 @@ class DimSelection:
     nbits: int
     extra: dict = field(default_factory=dict)
 
+    def make_projection(self, random_state=None):
+        """The PCA to ``best_dim`` followed by a random rotation (seed 002 V-B), unfitted:
+        ``retrieval.aggregation.PCAProjection(best_dim, rotation=True, random_state=random_state)``."""
+        from retrieval.aggregation import PCAProjection
+
+        return PCAProjection(int(self.best_dim), rotation=True, random_state=random_state)
+
     def as_dict(self) -> dict:
         """JSON-able summary."""
         return {"best_dim": int(self.best_dim), "M": self.M, "nbits": self.nbits,
