@@ -27,7 +27,14 @@ def small_spec(tmp_path, n_groups=4, n_distractors=2):
     return out
 
 
-def first_available(names=("default", "object", "compact")):
+def fast_overrides(name, max_side=480):
+    """Small settings so that a whole run fits the test budget (the full presets run in docs/results.md)."""
+    kind = load_preset(name)["kind"]
+    small = ["object_search.n_words=1000"] if kind == "object" else ["aggregation.n_components=16"]
+    return [f"features.max_side={max_side}", *small]
+
+
+def first_available(names=("object", "default", "compact")):
     for name in names:
         if not missing_pieces(load_preset(name)):
             return name
@@ -39,7 +46,9 @@ def test_eval_run_groups_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     spec = small_spec(tmp_path)
     args = ["eval", "run", "groups", "--spec", str(spec), "--preset", preset, "--work", str(tmp_path / "work"),
-            "--workers", "1", "--out", str(tmp_path / "out"), "--json", "--set", "features.max_side=480"]
+            "--workers", "1", "--out", str(tmp_path / "out"), "--json"]
+    for o in fast_overrides(preset):
+        args += ["--set", o]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{"):])
@@ -50,7 +59,7 @@ def test_eval_run_groups_end_to_end(tmp_path, monkeypatch):
     assert report["warnings"] and "independent training" in report["warnings"][0]
     assert report["configuration"]["name"] == preset
     assert report["configuration"]["features"]["max_side"] == 480
-    assert report["configuration"]["overrides"] == ["features.max_side=480"]
+    assert report["configuration"]["overrides"][0] == "features.max_side=480"
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["mAP"] == report["mAP"]
     # second run reuses the cached features and the index: same score
@@ -108,7 +117,7 @@ def test_run_benchmark_box_queries_oxford_format(tmp_path):
         scorer=lambda r: {"mAP": score_oxford(r, gt).mAP, "per_query": score_oxford(r, gt).per_query},
         writer=writer)
     report = run_benchmark(ds, preset, work_dir=tmp_path / "w", out_dir=tmp_path / "out", workers=1,
-                           overrides=["features.max_side=512"])
+                           overrides=fast_overrides(preset, 512))
     ranked = read_results_folder(tmp_path / "out" / "results", gt)["box_1"]
     assert sorted(ranked) == sorted(normalize_name(n) for n in names)  # each database image once, no query
     assert report["mAP"] == score_oxford({"box_1": ranked}, gt).mAP
