@@ -104,7 +104,7 @@ def walk_photos(folder) -> list[str]:
     are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
     and inode, is skipped, which breaks symlink loops).
     """
-    root = Path(folder)
+    root = Path(os.path.expanduser(str(folder)))
     if not root.exists():
         raise FileNotFoundError(f"photo folder {str(root)!r} does not exist.")
     if not root.is_dir():
@@ -219,7 +219,7 @@ class Index:
                      preset=preset, preset_name=preset["name"], preset_version=preset["version"],
                      preset_digest=preset_digest(preset), library_version=__version__,
                      feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
-                     train_images=None if train_images is None else [str(Path(p).resolve()) for p in train_images],
+                     train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
                      model=None)
         cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
         cat.close()
@@ -372,7 +372,7 @@ class Index:
                 raise ValueError(f"photo folder {source!r} holds no images "
                                  f"({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, hidden files skipped).")
         else:
-            files = sorted({str(Path(p).resolve()) for p in folder_or_paths})
+            files = sorted({os.path.abspath(os.path.expanduser(str(p))) for p in folder_or_paths})
             source = f"{len(files)} paths"
             for p in files:
                 if not os.path.isfile(p):
@@ -604,7 +604,7 @@ class Index:
         ids = []
         for p in paths:
             r = by_id.get(int(p)) if (isinstance(p, int) or str(p).isdigit()) and int(p) in by_id else None
-            r = r or by_path.get(str(Path(p).resolve()))
+            r = r or by_path.get(os.path.abspath(os.path.expanduser(str(p))))
             if r is None:
                 raise ValueError(f"{p!r} is not in the index (give an indexed path or id; see 'retrieval info').")
             ids.append(r["id"])
@@ -641,7 +641,7 @@ class Index:
             if row is None:
                 raise ValueError(f"no image with id {image} in the index {self.path}.")
         else:
-            p = str(Path(image).resolve())
+            p = os.path.abspath(os.path.expanduser(str(image)))
             row = self.catalog.row_by_path(p)
             if row is None and not os.path.isfile(p):
                 raise FileNotFoundError(f"query image {str(image)!r} does not exist.")
@@ -653,7 +653,7 @@ class Index:
                 raise ValueError(f"indexed image {row['path']!r}: its features are missing from the store and "
                                  f"the file is gone; run 'retrieval index' again.")
             return self.extractor(row["path"]), row
-        path = row["path"] if row is not None else str(Path(image).resolve())
+        path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
         return self.extractor(path), None
 
     def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, **options) -> list[SearchHit]:
