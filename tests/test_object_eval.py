@@ -1,8 +1,6 @@
 """Fast version of `retrieval bench object`: box queries on real pairs among real distractors."""
 
-import numpy as np
 import pytest
-
 from conftest import shared_path
 
 PAIRS = ("boat", "graf", "adam", "BruggeTower")
