@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -114,6 +115,8 @@ def download_file(url: str, dest, *, size=None, md5=None, sha256=None, timeout: 
             raise OSError(f"download of {url} failed: HTTP {exc.code} {exc.reason}.") from None
     except urllib.error.URLError as exc:
         raise OSError(f"download of {url} failed: {exc.reason}.") from None
+    except http.client.HTTPException as exc:
+        raise OSError(f"download of {url} failed: {exc!r}.") from None
     if resp is not None:
         with resp:
             status = getattr(resp, "status", 200)
@@ -134,7 +137,7 @@ def download_file(url: str, dest, *, size=None, md5=None, sha256=None, timeout: 
                 while True:
                     try:
                         block = resp.read(chunk_size)
-                    except (OSError, ValueError) as exc:  # connection dropped: keep .part for resuming
+                    except (OSError, ValueError, http.client.HTTPException) as exc:  # dropped: keep .part
                         fh.flush()
                         raise OSError(f"download of {url} interrupted after {done} bytes ({exc}); "
                                       "run the command again to resume.") from None
