@@ -140,8 +140,10 @@ def throughput(workdir, *, n: int = 10000, queries: int = 200, preset="default",
     rows = idx.catalog.rows()
     rng = np.random.default_rng(1)
     picks = rng.choice(len(rows), min(queries, len(rows)), replace=False)
+    from retrieval.pipeline import spatial_available
+
     lat = {}
-    for rerank in ("none", "spatial"):
+    for rerank in ("none", "spatial") if spatial_available() else ("none",):
         times = []
         for j in picks:
             t = time.perf_counter()
