@@ -89,6 +89,7 @@ class SyncReport:
     errors: list[tuple[str, str]] = field(default_factory=list)
     generation: int = 0
     seconds: float = 0.0
+    stage_seconds: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -364,7 +365,7 @@ class Index:
             return self._sync(folder_or_paths, workers, progress)
 
     def _sync(self, folder_or_paths, workers, progress) -> SyncReport:
-        t0 = time.perf_counter()
+        t0 = t_stage = time.perf_counter()
         if isinstance(folder_or_paths, (str, os.PathLike)):
             files = walk_photos(folder_or_paths)
             source = str(Path(folder_or_paths).resolve())
@@ -444,6 +445,8 @@ class Index:
                     report.removed += 1
         report.added = len(to_add) - report.changed
 
+        report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
         # 2. features (feature store: complete entries only; resumable)
         store, extractor = self.store, self.extractor
         key = extractor.config_key
@@ -451,6 +454,8 @@ class Index:
         self._extract(need, hashes, store, extractor, workers, progress, report)
         failed = {p for p, _ in report.errors}
 
+        report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
         # 3. the model
         backend = self._backend_for(gen)
         if not backend.trained:
@@ -460,6 +465,8 @@ class Index:
             self._backend = None  # the cached backend is about to be modified
         backend.remove(deletes)
 
+        report.stage_seconds["train"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
         # 4. encode and add
         new_rows, add_ids, add_paths = [], [], []
         for p in to_add:
@@ -485,6 +492,8 @@ class Index:
                 orientation = 1
             row.update(n_features=n_feat, width=width, height=height, orientation=orientation)
 
+        report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
         # 5. the new generation, then ONE catalog transaction
         new_gen = gen + 1
         tmp = self.path / "gens" / f"{new_gen:08d}.tmp"
@@ -506,6 +515,7 @@ class Index:
         self._backend, self._backend_gen = backend, new_gen
         self._cleanup(keep=[gen, new_gen])
         report.generation = new_gen
+        report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - t0
         logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
                     report.added, report.changed, report.moved, report.removed, report.unchanged,
