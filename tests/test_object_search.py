@@ -102,3 +102,41 @@ def test_project_box_and_iou():
     assert b[2] == pytest.approx(50.0)
     assert box_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(1 / 3)
     assert box_iou((0, 0, 1, 1), (2, 2, 3, 3)) == 0.0
+
+
+def _cv2_affine(frames_q, frames_db, matches, **kw):
+    """Stand-in verifier with the contract of retrieval.features.verify_affine (OpenCV RANSAC affine)."""
+    import cv2
+
+    src = np.asarray(frames_q, np.float32)[matches[:, 0], :2]
+    dst = np.asarray(frames_db, np.float32)[matches[:, 1], :2]
+    T, inl = cv2.estimateAffine2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=3.0)
+    if T is None:
+        return np.zeros(len(matches), bool), None
+    return inl.ravel().astype(bool), T
+
+
+@pytest.fixture()
+def with_verifier(monkeypatch):
+    import retrieval.features as F
+
+    monkeypatch.setattr(F, "verify_affine", _cv2_affine, raising=False)
+
+
+def test_spatial_rerank_boxes_and_query_expansion(world, with_verifier):
+    s, db, q = world
+    box = (50, 50, 150, 150)
+    # ground truth: scene j maps the object by x -> A_j x + t_j; recover it from the stored object frames
+    for qe in (False, True):
+        hits = s.search(q, bbox=box, k=6, method="l1", rerank="spatial", query_expansion=qe)
+        assert {hits[0].id, hits[1].id} == {102, 108}
+        assert hits[0].inliers >= 20 and hits[1].inliers >= 20
+        assert all(h.inliers < s.min_inliers for h in hits[2:])
+        for h in hits[:2]:
+            f = db[h.id - 100].frames[:40]
+            src = q.frames[:40, :2].astype(np.float64)
+            A, *_ = np.linalg.lstsq(np.c_[src, np.ones(40)], f[:, :2].astype(np.float64), rcond=None)
+            true = project_box(box, A.T, db[h.id - 100].image_size)
+            assert box_iou(h.box, true) > 0.9, (h, true)
+    with pytest.raises(ValueError, match="query_expansion"):
+        s.search(q, bbox=box, rerank="exact", query_expansion=True)
