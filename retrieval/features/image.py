@@ -39,6 +39,9 @@ class ImageReadError(ValueError):
         self.reason = reason
         super().__init__(f"cannot read image {self.path!r}: {reason}")
 
+    def __reduce__(self):  # picklable across worker processes
+        return (type(self), (self.path, self.reason))
+
 
 @dataclass(frozen=True)
 class LoadedImage:
