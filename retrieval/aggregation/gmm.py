@@ -74,7 +74,8 @@ class GMMVocabulary(PersistableMixin):
     max_iter : int >= 1
         Maximum number of EM iterations.
     tol : float >= 0
-        Stop when the mean log-likelihood per descriptor improves by less than ``tol`` (absolute, in nats).
+        Stop when the mean log-likelihood per descriptor improves by less than ``tol`` (absolute, in nats; the
+        criterion and default of scikit-learn's GaussianMixture).
     variance_floor : float >= 0
         Each variance is kept >= ``variance_floor`` times the variance of the training data in that dimension
         (VLFeat's default bound is 1e-4 times the largest data variance, for all dimensions).
@@ -99,7 +100,7 @@ class GMMVocabulary(PersistableMixin):
     n_features_in_ : int
     """
 
-    def __init__(self, n_components, *, max_iter=100, tol=1e-4, variance_floor=1e-3, max_samples=None,
+    def __init__(self, n_components, *, max_iter=100, tol=1e-3, variance_floor=1e-3, max_samples=None,
                  init="kmeans", init_samples=100_000, random_state=None):
         self.n_components = n_components
         self.max_iter = max_iter
@@ -162,10 +163,11 @@ class GMMVocabulary(PersistableMixin):
         means = self._initial_means(X, rng).astype(np.float64)
         labels, _ = nearest_centers(X, means.astype(np.float32))
         counts = np.bincount(labels, minlength=K).astype(np.float64)
-        S1 = np.zeros((K, d))
-        S2 = np.zeros((K, d))
-        np.add.at(S1, labels, X)
-        np.add.at(S2, labels, X.astype(np.float64) ** 2)
+        import scipy.sparse as sp
+
+        H = sp.csr_matrix((np.ones(n, np.float32), (labels, np.arange(n))), shape=(K, n))
+        S1 = np.asarray(H @ X, dtype=np.float64)
+        S2 = np.asarray(H @ (X * X), dtype=np.float64)
         safe = np.maximum(counts, 1.0)[:, None]
         covs = np.where(counts[:, None] > 1, S2 / safe - (S1 / safe) ** 2, X.var(axis=0)[None, :])
         covs = np.maximum(covs, floor[None, :])
@@ -173,25 +175,15 @@ class GMMVocabulary(PersistableMixin):
         prev = -np.inf
         self.converged_ = False
         it = 0
+        mean_ll = -np.inf
         for it in range(1, self.max_iter + 1):
-            N = np.zeros(K)
-            S1 = np.zeros((K, d))
-            S2 = np.zeros((K, d))
-            total_ll = 0.0
-            for s in range(0, n, _CHUNK):
-                Xc = X[s:s + _CHUNK]
-                log_g, ll = gmm_log_posteriors(Xc, means, covs, weights, dtype=np.float32)
-                G = np.exp(log_g).astype(np.float32)
-                total_ll += float(ll.sum())
-                N += G.sum(axis=0, dtype=np.float64)
-                S1 += (G.T @ Xc).astype(np.float64)
-                S2 += (G.T @ (Xc * Xc)).astype(np.float64)
+            N, S, total_ll = self._e_step_sums(X, means, covs, weights)
             mean_ll = total_ll / n
             # M-step; a component with (almost) no mass keeps its parameters
             alive = N > 1e-8 * n
             Na = N[alive][:, None]
-            means[alive] = S1[alive] / Na
-            covs[alive] = np.maximum(S2[alive] / Na - means[alive] ** 2, floor[None, :])
+            means[alive] = S[alive, d:] / Na
+            covs[alive] = np.maximum(S[alive, :d] / Na - means[alive] ** 2, floor[None, :])
             weights = np.maximum(N, 1e-12) / max(N.sum(), 1e-12)
             if progress is not None:
                 progress(it, self.max_iter)
@@ -209,6 +201,37 @@ class GMMVocabulary(PersistableMixin):
         logger.info("GMMVocabulary: K=%d on %d x %d, %d iterations, mean log-likelihood %.4f",
                     K, n, d, it, mean_ll)
         return self
+
+    @staticmethod
+    def _e_step_sums(X, means, covs, weights):
+        """Posteriors gamma_t(i) (eq. 5) by blocks, in float32; returns the sufficient statistics
+        N (K,), S (K, 2d) = [sum gamma x^2 | sum gamma x] (float64) and the total log-likelihood."""
+        n, d = X.shape
+        K = means.shape[0]
+        A, B, c = _log_gauss_terms(means, covs, weights, np.float32)
+        AB = np.ascontiguousarray(np.concatenate([A, B], axis=1).T)  # (2d, K)
+        c32 = c.astype(np.float32)
+        N = np.zeros(K)
+        S = np.zeros((K, 2 * d))
+        total = 0.0
+        Z = np.empty((min(_CHUNK, n), 2 * d), dtype=np.float32)
+        for s in range(0, n, _CHUNK):
+            Xc = X[s:s + _CHUNK]
+            m = Xc.shape[0]
+            Zc = Z[:m]
+            np.multiply(Xc, Xc, out=Zc[:, :d])
+            Zc[:, d:] = Xc
+            L = Zc @ AB
+            L += c32
+            mx = L.max(axis=1, keepdims=True)
+            L -= mx
+            np.exp(L, out=L)
+            tot = L.sum(axis=1, keepdims=True)
+            L /= tot
+            total += float(np.log(tot.astype(np.float64)).sum() + mx.astype(np.float64).sum())
+            N += L.sum(axis=0, dtype=np.float64)
+            S += (L.T @ Zc).astype(np.float64)
+        return N, S, total
 
     def _check_X(self, X):
         check_is_fitted(self, "means_")

@@ -38,8 +38,9 @@ class KMeansVocabulary(PersistableMixin):
     n_clusters : int in [1, 65536]
         K, the number of visual words (vocabularies of 100k+ words: ``retrieval.aggregation.large_vocabulary``).
     algorithm : {"auto", "elkan", "ann", "lloyd"}
-        VLFeat's k-means variant; "auto" is "elkan" for K <= 4096 and "ann" (kd-forest with ``num_trees``
-        trees and ``max_comparisons`` comparisons per query) above.
+        VLFeat's k-means variant; "auto" is "elkan" for K <= 256 and "ann" (kd-forest with ``num_trees``
+        trees and ``max_comparisons`` comparisons per query) above (Elkan keeps K^2 centre distances and
+        becomes slower than ANN beyond a few hundred words).
     init : {"plusplus", "randsel"}
         k-means++ seeding or a random selection of training points.
     max_iter : int >= 1
@@ -113,7 +114,7 @@ class KMeansVocabulary(PersistableMixin):
             )
         algo = self.algorithm
         if algo == "auto":
-            algo = "elkan" if K <= 4096 else "ann"
+            algo = "elkan" if K <= 256 else "ann"
         seed_vlfeat(int(rng.integers(2**63 - 1)))
         C = kmeans(X, K, distance="l2", initialization=self.init.upper(), algorithm=algo.upper(),
                    num_repetitions=self.n_init, num_trees=self.num_trees,
