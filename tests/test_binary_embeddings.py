@@ -228,3 +228,23 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="must have 1 columns"):
         e.add_codes(np.zeros((2, 3), np.uint8))
     assert binary_search.BIT_ORDER == "little"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(nbits=st.integers(1, 40), n=st.integers(1, 60), k=st.integers(1, 70), seed=st.integers(0, 2**31 - 1))
+def test_asymmetric_topk_equals_the_bitwise_sum_property(nbits, n, k, seed):
+    rng = np.random.default_rng(seed)
+    c0, c1 = rng.random((2, nbits)).astype(np.float32), rng.random((2, nbits)).astype(np.float32)
+    bits = rng.integers(0, 2, (n, nbits))
+    codes = pack_bits(bits)
+    D, ids = binary_search.asymmetric_topk(c0, c1, codes, k)
+    direct = np.where(bits[None].astype(bool), c1[:, None, :], c0[:, None, :]).sum(-1)
+    kk = min(k, n)
+    for q in range(2):
+        np.testing.assert_allclose(D[q, :kk], np.sort(direct[q])[:kk], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(direct[q, ids[q, :kk]], D[q, :kk], rtol=1e-5, atol=1e-5)
+        assert (ids[q, kk:] == -1).all()
