@@ -24,7 +24,7 @@ def _average_precision(ranked, positives) -> float:
     return float(average_precision(list(ranked), set(positives), check=False))
 
 
-def minibench(spec_path, workdir, *, preset="default", reranks=("none", "spatial"), feature_store=None,
+def minibench(spec_path, workdir, *, preset="default", reranks=None, feature_store=None,
               workers=None, progress=False) -> dict:
     """mAP of ``preset`` on minibench through the CLI commands (index, then query --json).
 
@@ -64,7 +64,11 @@ def minibench(spec_path, workdir, *, preset="default", reranks=("none", "spatial
     if res.exit_code != 0:
         raise RuntimeError(f"retrieval index failed: {res.output[-2000:]}")
     from retrieval.pipeline import spatial_available
+    from retrieval.presets import load_preset
 
+    if reranks is None:
+        kind = load_preset(preset)["kind"]
+        reranks = ("none", "exact", "spatial") if kind == "object" else ("none", "spatial")
     if "spatial" in reranks and not spatial_available():
         reranks = tuple(r for r in reranks if r != "spatial")  # reported as missing below
     out = {"preset": str(preset), "n_images": len(spec["images"]), "n_queries": len(spec["groups"]),
