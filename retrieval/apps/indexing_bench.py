@@ -60,7 +60,7 @@ def rootsift_descriptors(min_count: int, cache_dir: Path, threshold: float = 1.0
         for i, p in enumerate(paths):
             try:
                 feats = ex(p)
-            except ValueError as exc:
+            except (ValueError, OSError, RuntimeError) as exc:
                 logger.warning("skipping %s: %s", p, exc)
                 continue
             parts.append(root_sift(feats.descriptors))
