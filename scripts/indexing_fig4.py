@@ -37,11 +37,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--code-size", type=int, default=16)
     ap.add_argument("--K", type=int, default=64)
+    ap.add_argument("--nbits", type=int, default=8)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--limit", type=int, default=0, help="use only the first N images (smoke test)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     root = Path(__file__).resolve().parents[1].parent / "shared" / "data"
     paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".ppm", ".pgm"))
+    if args.limit:
+        paths = paths[:args.limit]
     ex = FeatureExtractor("hesaff")
     sets = []  # (image index, descriptors)
     for i, p in enumerate(paths):
@@ -67,7 +71,7 @@ def main(argv=None):
     lpca = PCAProjection(64, random_state=0).fit(sample)
     fv = FisherVector(args.K, random_state=0).fit(lpca.transform(sample))
     V = fv.transform([lpca.transform(s[1]) for s in sets])
-    res = select_dim(V[learn], args.code_size, X_eval=V[~learn], random_state=0)
+    res = select_dim(V[learn], args.code_size, X_eval=V[~learn], nbits=args.nbits, random_state=0)
     out = res.as_dict()
     out.update(n_learn=int(learn.sum()), n_eval=int((~learn).sum()), D=int(V.shape[1]), K=args.K,
                n_images=len(paths))
