@@ -526,20 +526,9 @@ class Index:
         if not paths:
             return
         cb, close = _progress(progress, "extracting", len(paths))
-        try:
-            from retrieval.features import extract_many
-        except ImportError:
-            extract_many = None
-        if extract_many is not None:
-            results = extract_many(paths, extractor, workers=workers)
-        else:
-            def _serial():
-                for i, p in enumerate(paths):
-                    try:
-                        yield i, extractor(p)
-                    except (ValueError, OSError) as exc:
-                        yield i, exc
-            results = _serial()
+        from retrieval.features.parallel import extract_many
+
+        results = extract_many(paths, extractor, workers=workers)
         done = 0
         for i, res in results:
             p = paths[i]

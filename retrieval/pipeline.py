@@ -166,7 +166,8 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
     get_features : callable(id) -> LocalFeatures — the stored features of a database image
     """
     try:
-        from retrieval.features import root_sift, verify_affine
+        from retrieval.features import root_sift
+        from retrieval.features.verification import verify_affine
     except ImportError as exc:
         raise ValueError(f"spatial re-ranking needs retrieval.features.verify_affine (issue 2), which is not "
                          f"available: {exc}. Use --rerank none.") from None
@@ -195,7 +196,7 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
 def spatial_available() -> bool:
     """True when :func:`retrieval.features.verify_affine` (issue 2) is installed."""
     try:
-        from retrieval.features import verify_affine  # noqa: F401
+        from retrieval.features.verification import verify_affine  # noqa: F401
     except ImportError:
         return False
     return True
@@ -298,7 +299,8 @@ class GlobalBackend(Backend):
         ``features_of(i)`` returns the :class:`LocalFeatures` of training image ``i``.
         """
         from retrieval._checks import check_random_state
-        from retrieval.features import LocalPCA, root_sift
+        from retrieval.features import root_sift
+        from retrieval.features.pca import LocalPCA
 
         tr = self.preset.get("training", {})
         rng = check_random_state(int(tr.get("random_state", 0)))

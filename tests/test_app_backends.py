@@ -109,7 +109,7 @@ def test_project_box_affine_and_clipping():
 
 def test_spatial_rerank_orders_verified_first(monkeypatch):
     """With a stub verifier: verified hits (>= min_inliers) first by inliers, the rest in first-stage order."""
-    import retrieval.features as F
+    import retrieval.features.verification as V
     from retrieval.features import LocalFeatures
 
     rng = np.random.default_rng(0)
@@ -132,7 +132,7 @@ def test_spatial_rerank_orders_verified_first(monkeypatch):
         current[0] = i
         return query  # identical features: every descriptor matches itself
 
-    monkeypatch.setattr(F, "verify_affine", fake_verify, raising=False)
+    monkeypatch.setattr(V, "verify_affine", fake_verify)
     hits = [Hit(1, 0.9), Hit(2, 0.8), Hit(3, 0.7), Hit(4, 0.6), Hit(5, 0.5)]
     out = spatial_rerank(hits, query, (0, 0, 99, 99), get_features, shortlist=4, min_inliers=6, ratio=0.85)
     assert [h.id for h in out] == [2, 3, 1, 4, 5]
