@@ -150,6 +150,23 @@ def project_box(box, transform, size) -> tuple[float, float, float, float] | Non
     return float(bx1), float(by1), float(bx2), float(by2)
 
 
+def distinct_inliers(matches: np.ndarray, mask: np.ndarray) -> int:
+    """Inliers counted once per query feature and once per database feature: ``min`` of the numbers of distinct
+    query and database indices among the inlier matches (many-to-one matches on repeated texture count once)."""
+    inl = np.asarray(matches)[np.asarray(mask, bool)]
+    if len(inl) == 0:
+        return 0
+    return int(min(len(np.unique(inl[:, 0])), len(np.unique(inl[:, 1]))))
+
+
+def plausible_transform(transform, max_scale_change: float = 10.0) -> bool:
+    """False for a degenerate query -> database transform: its linear part changes areas by more than
+    ``max_scale_change**2`` or less than its inverse (e.g. everything collapsed onto one spot)."""
+    T = np.asarray(transform, dtype=np.float64)
+    det = abs(float(np.linalg.det(T[:2, :2])))
+    return bool(np.isfinite(det) and max_scale_change ** -2 <= det <= max_scale_change ** 2)
+
+
 def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *, shortlist: int,
                    min_inliers: int, ratio: float) -> list[Hit]:
     """Re-rank the first ``shortlist`` hits by the number of spatially verified inliers.
@@ -182,7 +199,9 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
         n_in, transform = 0, None
         if len(matches) >= 3:
             mask, transform = verify_affine(query.frames, db.frames, matches)
-            n_in = int(np.count_nonzero(mask))
+            n_in = distinct_inliers(matches, mask)
+            if transform is not None and not plausible_transform(transform):
+                n_in, transform = 0, None
         hit.inliers = n_in
         if n_in >= min_inliers and transform is not None:
             hit.box = project_box(query_box, transform, db.image_size)

@@ -167,3 +167,15 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
         hits = c.first_stage(q, 10)
         assert [h.id for h in hits] == [int(c.ids[o]) for o in order]
         assert np.allclose([-h.score for h in hits], d[order], atol=1e-4)
+
+
+def test_distinct_inliers_and_degenerate_transforms():
+    from retrieval.pipeline import distinct_inliers, plausible_transform
+
+    matches = np.array([[0, 5], [1, 5], [2, 5], [3, 6], [4, 7], [4, 8]])
+    mask = np.array([True, True, True, True, True, False])
+    assert distinct_inliers(matches, mask) == 3  # db features 5, 6, 7 (five query features)
+    assert distinct_inliers(matches, np.zeros(6, bool)) == 0
+    assert plausible_transform(np.array([[2.0, 0, 3], [0, 0.5, 1], [0, 0, 1]]))
+    assert not plausible_transform(np.array([[0.01, 0, 3], [0, 0.01, 1]]))  # collapses areas 10,000x
+    assert not plausible_transform(np.array([[20.0, 0, 0], [0, 20.0, 0]]))
