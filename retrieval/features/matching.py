@@ -8,6 +8,7 @@ mutual nearest neighbours. Homography: OpenCV's USAC framework (MAGSAC++ by defa
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -174,3 +175,151 @@ def apply_homography(H, xy) -> np.ndarray:
 def transfer_error(H, xy_a, xy_b) -> np.ndarray:
     """One-way transfer error ``||H a - b||`` in pixels of B, ndarray of shape (m,), float64."""
     return np.hypot(*(apply_homography(H, xy_a) - np.asarray(xy_b, dtype=np.float64).reshape(-1, 2)).T)
+
+
+def guided_candidates(desc_a, desc_b, xy_a, xy_b, H, radius: float, *, rootsift: bool = True) -> np.ndarray:
+    """Guided matching: for each feature of A, the descriptor-nearest feature of B within ``radius`` pixels of
+    ``H x_a``, kept when the choice is mutual (the feature of A is also the nearest among those whose
+    prediction falls within ``radius`` of that feature of B) (Hartley & Zisserman 2004, section 4.8).
+
+    Returns
+    -------
+    ndarray of shape (m, 2), int64: ``(index in A, index in B)``.
+    """
+    from scipy.spatial import cKDTree
+
+    pa = apply_homography(H, xy_a)
+    ok = np.isfinite(pa).all(axis=1)
+    if not ok.any() or len(xy_b) == 0:
+        return np.zeros((0, 2), np.int64)
+    tree = cKDTree(np.asarray(xy_b, dtype=np.float64))
+    ia_ok = np.flatnonzero(ok)
+    lists = tree.query_ball_point(pa[ok], r=float(radius))
+    lens = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
+    if lens.sum() == 0:
+        return np.zeros((0, 2), np.int64)
+    ia = np.repeat(ia_ok, lens)
+    ib = np.fromiter((j for v in lists for j in v), dtype=np.int64, count=int(lens.sum()))
+    a, b = _prepare(desc_a, rootsift), _prepare(desc_b, rootsift)
+    d = np.einsum("ij,ij->i", a[ia] - b[ib], a[ia] - b[ib])
+    order = np.lexsort((d, ia))
+    first_a = np.r_[True, ia[order][1:] != ia[order][:-1]]
+    best_a = order[first_a]
+    order_b = np.lexsort((d, ib))
+    first_b = np.r_[True, ib[order_b][1:] != ib[order_b][:-1]]
+    best_b = set(order_b[first_b].tolist())
+    keep = np.array([k for k in best_a if k in best_b], dtype=np.int64)
+    return np.stack([ia[keep], ib[keep]], axis=1).reshape(-1, 2)
+
+
+MATCH_DEFAULTS = {"detector": "hesaff", "max_side": 2048, "ratio": 0.9, "mutual": True, "method": "magsac",
+                  "threshold": 3.0, "guided": True, "guided_radius": 6.0}
+"""Defaults of :func:`match_images` / ``retrieval match`` (chosen on graf1->graf3 and the 16 homogr pairs,
+docs/benchmarks.md "Features")."""
+
+
+@dataclass
+class MatchResult:
+    """The outcome of :func:`match_features` / :func:`match_images`.
+
+    Attributes
+    ----------
+    n_features : (int, int)
+    tentative : int
+        Tentative matches of the descriptor stage.
+    inliers : int
+        Matches consistent with ``homography`` (final estimator's inliers).
+    homography : ndarray of shape (3, 3), float64, or None
+        Maps pixels of A to pixels of B (original coordinates after EXIF orientation).
+    inlier_pairs : ndarray of shape (inliers, 2), int64
+        ``(index in A, index in B)``.
+    tentative_pairs : ndarray of shape (tentative, 2), int64
+    features_a, features_b : LocalFeatures or None
+    """
+
+    n_features: tuple[int, int]
+    tentative: int
+    inliers: int
+    homography: np.ndarray | None
+    inlier_pairs: np.ndarray
+    tentative_pairs: np.ndarray
+    features_a: object = None
+    features_b: object = None
+    params: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The stable ``--json`` schema of ``retrieval match`` (docs/cli.md)."""
+        return {"n_features": [int(v) for v in self.n_features], "tentative": int(self.tentative),
+                "inliers": int(self.inliers),
+                "homography": None if self.homography is None else [[float(v) for v in r] for r in self.homography],
+                "params": self.params}
+
+
+def match_features(fa, fb, *, ratio: float | None = 0.9, mutual: bool = True, method: str = "magsac",
+                   threshold: float = 3.0, guided: bool = True, guided_radius: float = 6.0,
+                   random_state: int | None = 0) -> MatchResult:
+    """Match two :class:`LocalFeatures` and estimate the homography A -> B.
+
+    1. tentative matches on RootSIFT (:func:`match_descriptors`: ratio test and/or mutual NN);
+    2. robust homography (:func:`find_homography`, MAGSAC++ by default);
+    3. when ``guided``: guided matching (:func:`guided_candidates` within ``guided_radius`` px of the
+       prediction) adds the correspondences the ratio test rejected, and the homography is estimated again on
+       them (the first estimate is kept if this fails).
+
+    Returns
+    -------
+    MatchResult
+    """
+    check_scalar(guided_radius, "guided_radius", "match_features", kind=numbers.Real, low=0.0, closed="neither")
+    na, nb = len(fa), len(fb)
+    params = {"ratio": ratio, "mutual": mutual, "method": method, "threshold": threshold, "guided": guided,
+              "guided_radius": guided_radius}
+    empty = np.zeros((0, 2), np.int64)
+    if na == 0 or nb == 0:
+        return MatchResult((na, nb), 0, 0, None, empty, empty, fa, fb, params)
+    m = match_descriptors(fa.descriptors, fb.descriptors, ratio=ratio, mutual=mutual)
+    H, inl = find_homography(fa.xy[m[:, 0]], fb.xy[m[:, 1]], method=method, threshold=threshold,
+                             random_state=random_state)
+    pairs = m[inl]
+    if H is not None and guided:
+        c = guided_candidates(fa.descriptors, fb.descriptors, fa.xy, fb.xy, H, guided_radius)
+        c = np.unique(np.concatenate([c, pairs]), axis=0) if len(c) else pairs
+        H2, inl2 = find_homography(fa.xy[c[:, 0]], fb.xy[c[:, 1]], method=method, threshold=threshold,
+                                   random_state=random_state)
+        if H2 is not None and inl2.sum() >= len(pairs):
+            H, pairs = H2, c[inl2]
+    if H is None:
+        pairs = empty
+    return MatchResult((na, nb), len(m), len(pairs), H, pairs, m, fa, fb, params)
+
+
+def match_images(path_a, path_b, *, extractor=None, store=None, **params) -> MatchResult:
+    """Extract (or read from ``store``) the features of two image files and :func:`match_features` them.
+
+    Parameters
+    ----------
+    path_a, path_b : image files
+    extractor : FeatureExtractor or None
+        Default: ``FeatureExtractor(MATCH_DEFAULTS["detector"], max_side=MATCH_DEFAULTS["max_side"])``
+        (upright Hessian-affine at up to 2048 px: not rotation invariant; pass an extractor with
+        ``rotation_invariance=True`` for rotated images).
+    store : FeatureStore or None
+    **params
+        :func:`match_features` parameters (defaults in ``MATCH_DEFAULTS``).
+    """
+    from retrieval.features.extractor import FeatureExtractor
+
+    if extractor is None:
+        extractor = FeatureExtractor(MATCH_DEFAULTS["detector"], max_side=MATCH_DEFAULTS["max_side"])
+    kw = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
+    unknown = set(params) - set(kw) - {"random_state"}
+    if unknown:
+        raise ValueError(f"Unknown parameter(s) {sorted(unknown)} for match_images; expected some of {sorted(kw)}.")
+    kw.update(params)
+    if store is not None:
+        fa, fb = store.get_or_extract(path_a, extractor), store.get_or_extract(path_b, extractor)
+    else:
+        fa, fb = extractor(path_a), extractor(path_b)
+    res = match_features(fa, fb, **kw)
+    res.params = {**res.params, "extractor": extractor.config}
+    return res

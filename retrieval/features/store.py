@@ -127,6 +127,10 @@ class FeatureStore:
             desc = desc.astype(np.float32)
         return LocalFeatures(frames=frames, descriptors=desc, image_size=size, config=header.get("config", {}))
 
+    def save_file(self, path, features: LocalFeatures) -> Path:
+        """Alias of :func:`save_features` (one entry written to an arbitrary path)."""
+        return save_features(path, features, float16=self.float16)
+
     def get_or_extract(self, path, extractor) -> LocalFeatures:
         """Features of the image file ``path`` by ``extractor``, from the store or extracted and stored."""
         h = file_hash(path)
@@ -135,3 +139,36 @@ class FeatureStore:
             got = extractor(path)
             self.put(h, got, extractor.config_key)
         return got
+
+
+def save_features(path, features: LocalFeatures, *, float16: bool = False) -> Path:
+    """Write one :class:`LocalFeatures` to ``path`` (``.npz``, the store's entry format) atomically."""
+    path = Path(path)
+    desc = features.descriptors
+    if float16 and desc.dtype.kind == "f":
+        desc = desc.astype(np.float16)
+    header = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION,
+              "config_key": _config_key(features.config), "config": features.config}
+    buf = io.BytesIO()
+    np.savez(buf, frames=np.asarray(features.frames, dtype=np.float32), descriptors=desc,
+             image_size=np.asarray(features.image_size, dtype=np.int64),
+             __header__=np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8))
+    with atomic_write(path) as fh:
+        fh.write(buf.getvalue())
+    return path
+
+
+def load_features(path) -> LocalFeatures:
+    """Read a file written by :func:`save_features` (or a store entry)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(bytes(z["__header__"]).decode("utf-8"))
+            frames, desc = z["frames"], z["descriptors"]
+            size = tuple(int(v) for v in z["image_size"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path}: not a features file ({exc}).") from None
+    if header.get("format") != STORE_FORMAT:
+        raise ValueError(f"{path}: format {header.get('format')!r}, expected {STORE_FORMAT!r}.")
+    if desc.dtype == np.float16:
+        desc = desc.astype(np.float32)
+    return LocalFeatures(frames=frames, descriptors=desc, image_size=size, config=header.get("config", {}))
