@@ -122,9 +122,10 @@ def _speed_rows(n=1_000_000, nbytes=8, nq=100, k=100, seed=0):
 @click.option("--n-codes", default=1_000_000, show_default=True, help="Database codes of the --speed run.")
 @click.option("--n-base", default=100_000, show_default=True, help="SIFT base vectors.")
 @click.option("--n-query", default=1000, show_default=True, help="Queries.")
+@click.option("--n-crops", default=40, show_default=True, help="Random sub-windows per image (--data fv).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
-def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, seed, as_json):
+def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, n_crops, seed, as_json):
     """Recall of the six binary embeddings with Hamming, d_E and d_LB (seed 000), on real data.
 
     Rows: {"embedding", "bits", "distance", "recall@10", "recall@100", "ms_per_query"} (+ "mAP" on minibench
@@ -150,7 +151,7 @@ def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, 
     else:
         from retrieval.evaluation.groups import score_groups
 
-        full, crops, owner = bb.fisher_vectors(feats, seed=seed)
+        full, crops, owner = bb.fisher_vectors(feats, n_crops=n_crops, seed=seed)
         qi, ti, bi = bb.split_by_image(len(paths), np.random.default_rng(seed))
         train = crops[np.isin(owner, ti)]
         base = crops[np.isin(owner, bi)]
