@@ -153,4 +153,5 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
                f"({res['extractor_s']:.2f} s vs {res['raw_pyhesaff_s']:.2f} s, best of {res['rounds']})")
     for w, ips in res["images_per_s"].items():
         click.echo(f"end to end with {w} worker(s): {ips:.2f} images/s")
-    click.echo(f"scaling {res['workers']} workers / 1 worker: x{res['scaling']:.2f}")
+    click.echo(f"scaling {res['workers']} workers / 1 worker: x{res['scaling']:.2f} including the pool start-up, "
+               f"x{res['scaling_warm_pool']:.2f} with a warm pool")

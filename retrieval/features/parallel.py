@@ -90,7 +90,7 @@ def extract_many(paths, extractor, workers: int | None = None, progress=None, st
         if store is not None and isinstance(res, LocalFeatures):
             store.put(hashes[i], res, extractor.config_key)
         if isinstance(res, Exception):
-            logger.warning("%s: %s", paths[i], res)
+            logger.warning("extraction failed: %s", res)
         results[i] = res
         done += 1
         if progress is not None:
@@ -108,11 +108,48 @@ def extract_many(paths, extractor, workers: int | None = None, progress=None, st
             record(i, res)
             yield from drain()
         return
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn" if os.name == "nt" else "forkserver")
-    with ctx.Pool(min(workers, len(todo)), initializer=_init_worker, initargs=(extractor, True)) as pool:
-        for i, res in zip(todo, pool.imap(_extract_one, [paths[i] for i in todo], chunksize=chunksize),
-                          strict=True):
+    with ExtractionPool(extractor, min(workers, len(todo))) as pool:
+        for i, res in zip(todo, pool.imap([paths[i] for i in todo], chunksize=chunksize), strict=True):
             record(i, res)
             yield from drain()
+
+
+class ExtractionPool:
+    """A process pool whose workers hold one extractor; reusable across batches (no start-up per batch).
+
+    ``with ExtractionPool(extractor, workers) as pool: for res in pool.imap(paths): ...`` yields, in input
+    order, ``LocalFeatures`` or the exception raised for that file. Workers are started with ``forkserver``
+    (``spawn`` on Windows): forking a process that already runs OpenCV threads can hang the child.
+    """
+
+    def __init__(self, extractor, workers: int | None = None):
+        self.extractor = extractor
+        self.workers = workers or os.cpu_count() or 1
+        check_scalar(self.workers, "workers", "ExtractionPool", low=1)
+        self._pool = None
+
+    def __enter__(self) -> ExtractionPool:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn" if os.name == "nt" else "forkserver")
+        self._pool = ctx.Pool(self.workers, initializer=_init_worker, initargs=(self.extractor, True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def imap(self, paths, chunksize: int = 1):
+        """Features (or exceptions) of ``paths`` in input order."""
+        if self._pool is None:
+            raise ValueError("ExtractionPool is not started: use it in a 'with' block.")
+        return self._pool.imap(_extract_one, [str(p) for p in paths], chunksize=chunksize)
+
+    def warm_up(self, path) -> None:
+        """Run one extraction per worker (imports and library initialisation happen outside timings)."""
+        list(self.imap([path] * self.workers))
