@@ -11,7 +11,7 @@ Pipeline of :class:`ObjectSearcher`:
 3. the top ``shortlist`` (R = 200) are re-scored exactly, in float64, on their full histograms (with the query
    weight wbar / w of step 2, which eq. 9 / 11 define over the whole database);
 4. spatial verification (Philbin et al. CVPR 2007): tentative correspondences are the feature pairs that share a
-   visual word; ``retrieval.features.verify_affine`` fits an affine transform from single affine-frame
+   visual word; ``retrieval.features.verification.verify_affine`` fits an affine transform from single affine-frame
    correspondences refined by LO-RANSAC; images are re-ranked by their number of inliers and the query box is
    projected through the transform to report the matched box in each database image;
 5. optionally, average query expansion (Chum et al. ICCV 2007): the query histogram is averaged with the
@@ -238,7 +238,7 @@ class ObjectSearcher:
 
     def _verify(self, q_frames, q_words, i, get_features):
         """Spatial verification of database image i: (inliers, transform or None)."""
-        from retrieval.features import verify_affine
+        from retrieval.features.verification import verify_affine
 
         words, _, frames, _ = self._fwd[int(i)]
         if get_features is not None:

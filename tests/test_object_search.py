@@ -104,26 +104,7 @@ def test_project_box_and_iou():
     assert box_iou((0, 0, 1, 1), (2, 2, 3, 3)) == 0.0
 
 
-def _cv2_affine(frames_q, frames_db, matches, **kw):
-    """Stand-in verifier with the contract of retrieval.features.verify_affine (OpenCV RANSAC affine)."""
-    import cv2
-
-    src = np.asarray(frames_q, np.float32)[matches[:, 0], :2]
-    dst = np.asarray(frames_db, np.float32)[matches[:, 1], :2]
-    T, inl = cv2.estimateAffine2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=3.0)
-    if T is None:
-        return np.zeros(len(matches), bool), None
-    return inl.ravel().astype(bool), T
-
-
-@pytest.fixture()
-def with_verifier(monkeypatch):
-    import retrieval.features as F
-
-    monkeypatch.setattr(F, "verify_affine", _cv2_affine, raising=False)
-
-
-def test_spatial_rerank_boxes_and_query_expansion(world, with_verifier):
+def test_spatial_rerank_boxes_and_query_expansion(world):
     s, db, q = world
     box = (50, 50, 150, 150)
     # ground truth: scene j maps the object by x -> A_j x + t_j; recover it from the stored object frames

@@ -209,10 +209,13 @@ def bench_object(data_root, feature_store, n_words, assignment, methods, reranks
     feats = {p: store.get_or_extract(p, ex) for p in paths}
     queries = box_queries(data_root)
     reranks = tuple(r for r in reranks.split(",") if r)
-    import retrieval.features as F
-
     skipped = []
-    if "spatial" in reranks and not hasattr(F, "verify_affine"):
+    try:
+        from retrieval.features.verification import verify_affine  # noqa: F401
+        have_verify = True
+    except ImportError:
+        have_verify = False
+    if "spatial" in reranks and not have_verify:
         reranks = tuple(r for r in reranks if r != "spatial")
         skipped.append("spatial (retrieval.features.verify_affine not available)")
     t0 = time.perf_counter()
