@@ -69,7 +69,9 @@ def extract_many(paths, extractor, workers: int | None = None, progress=None, st
             try:
                 hashes[i] = file_hash(p)
             except OSError as exc:
-                results[i] = exc
+                from retrieval.features.image import ImageReadError
+
+                results[i] = ImageReadError(p, f"file not found or unreadable ({exc.strerror or exc})")
                 continue
             got = store.get(hashes[i], extractor.config_key)
             if got is None:
