@@ -32,7 +32,8 @@ def test_delta1_and_l1_find_the_object(small_world):
     feats, queries = small_world
     # alpha_1 = 2: in a database of 24 images the true match dominates the denominator of eq. 9, so the
     # paper's alpha_1 = 0.5 (tuned on 105k images) gives a small wbar that favours images with few features
-    res = evaluate(feats, queries, n_words=3000, methods=("l1", "delta1"), reranks=("none", "exact"), alpha=2.0,
+    res = evaluate(feats, queries, n_words=3000, methods=("l1", "delta1"), reranks=("none", "exact", "spatial"),
+                   alpha=2.0,
                    alphas=(0.1, 2.0), vocabulary_params={"n_iter": 4})
     rows = {(c["method"], c["rerank"]): c for c in res["configs"]}
     assert res["n_images"] == len(feats)
@@ -43,6 +44,10 @@ def test_delta1_and_l1_find_the_object(small_world):
     for m in ("l1", "delta1"):
         assert rows[(m, "none")]["top1"] == rows[(m, "exact")]["top1"]
         assert rows[(m, "none")]["mAP"] == pytest.approx(rows[(m, "exact")]["mAP"], abs=1e-9)
+    # spatial verification reports where the object is: the true image first with its box (IoU >= 0.5)
+    for m in ("l1", "delta1"):
+        assert rows[(m, "spatial")]["box_iou50_top1"] >= 0.8, rows[(m, "spatial")]
+        assert rows[(m, "none")]["box_iou50_top1"] == 0.0              # no box without verification
     # Fig. 5: a too small alpha_1 only counts clutter (||T_j||_1) and ranks small images first
     sweep = {s["alpha"]: s for s in res["alpha_sweep"]}
     assert sweep[2.0]["mAP"] == pytest.approx(rows[("delta1", "none")]["mAP"])
