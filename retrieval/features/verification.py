@@ -120,17 +120,23 @@ def verify_affine(frames_q, frames_db, matches, *, threshold: float = 15.0, max_
         return np.zeros(m, bool), None
     thr2 = float(threshold) ** 2
     best_count, best_cost, best_T = -1, np.inf, None
+    qx, qy = pq[:, 0].astype(np.float32), pq[:, 1].astype(np.float32)
+    dx, dy = pd[:, 0].astype(np.float32), pd[:, 1].astype(np.float32)
+    T32 = T.astype(np.float32)
     for s in range(0, len(T), block):
-        Tb = T[s:s + block]
-        pred = np.einsum("hij,mj->hmi", Tb[:, :, :2], pq) + Tb[:, None, :, 2]
-        e2 = np.sum((pred - pd[None]) ** 2, axis=2)
+        Tb = T32[s:s + block]
+        ex = Tb[:, 0, 0, None] * qx + Tb[:, 0, 1, None] * qy + (Tb[:, 0, 2, None] - dx)
+        ey = Tb[:, 1, 0, None] * qx + Tb[:, 1, 1, None] * qy + (Tb[:, 1, 2, None] - dy)
+        e2 = ex * ex + ey * ey
         inl = e2 < thr2
         counts = inl.sum(axis=1)
-        cost = np.where(inl, e2, thr2).sum(axis=1)  # truncated quadratic breaks ties
-        order = np.lexsort((cost, -counts))
-        k = order[0]
-        if counts[k] > best_count or (counts[k] == best_count and cost[k] < best_cost):
-            best_count, best_cost, best_T = int(counts[k]), float(cost[k]), Tb[k]
+        top = counts.max()
+        cand = np.flatnonzero(counts == top)
+        cost = np.minimum(e2[cand], thr2).sum(axis=1)  # truncated quadratic breaks ties
+        k = cand[np.argmin(cost)]
+        if top > best_count or (top == best_count and cost.min() < best_cost):
+            best_count, best_cost, best_T = int(top), float(cost.min()), T[s + k]
+
     def score(T2):
         e2 = np.sum((pq @ T2[:, :2].T + T2[:, 2] - pd) ** 2, axis=1)
         return e2 < thr2
