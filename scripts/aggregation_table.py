@@ -7,8 +7,10 @@ D' = 2048, 512, 128, 64, under two training protocols:
 (b) learnt on the benchmark collection itself (what indexing a photo folder does).
 
 Pipeline: Hessian-affine + SIFT (retrieval.features, defaults), RootSIFT, local PCA to 64-d, aggregation with
-power (alpha = 0.5) + L2 normalisation (BoW: tf-idf + L2), optional PCA to D' (no whitening), ranking by
-Euclidean distance, Holidays protocol mAP (retrieval.evaluation.groups).
+power (alpha = 0.5) + L2 normalisation (BoW: tf-idf + L2, hard assignment, or soft with r = 3 for "BoWsoft"),
+optional PCA to D' (no whitening), ranking by Euclidean distance, Holidays protocol mAP
+(retrieval.evaluation.groups); "BoW128": hard BoW on RootSIFT without the local PCA. Vocabularies: k-means/GMM on at most --max-samples descriptors (BoW: 100k,
+25 iterations, random-selection seeding for 20k words).
 
 The global PCA needs at least D' + 1 training vectors: besides one vector per training image it is learnt on the
 vectors of random sub-windows of the training images (features whose centre lies in the window), ``--crops`` per
@@ -148,7 +150,7 @@ def rank_and_score(bench, names, V):
 
 
 def run(args):
-    from retrieval.aggregation import VLAD, BoW, FisherVector, PCAProjection
+    from retrieval.aggregation import VLAD, BoW, FisherVector, KMeansVocabulary, PCAProjection
     from retrieval.evaluation.groups import load_groups_spec
     from retrieval.features.pca import LocalPCA
 
@@ -172,25 +174,37 @@ def run(args):
         lpca = LocalPCA(64, random_state=args.seed).fit(np.concatenate([d for _, d in train_feats]))
         db = [lpca.transform(d).astype(np.float32) for _, d in db_feats]
         train = [lpca.transform(d).astype(np.float32) for _, d in train_feats]
-        crop_sets = []
+        crop_sets_raw = []
         for f in train_feats:
-            crop_sets += [lpca.transform(c).astype(np.float32) for c in crops_of(f, args.crops, rng)]
-        pca_sets = train + crop_sets
+            crop_sets_raw += crops_of(f, args.crops, rng)
+        pca_sets = train + [lpca.transform(c).astype(np.float32) for c in crop_sets_raw]
+        # BoW128: the same on RootSIFT without the local PCA
+        db_raw = [d for _, d in db_feats]
+        train_raw = [d for _, d in train_feats]
+        pca_sets_raw = train_raw + crop_sets_raw
         n_desc = sum(len(t) for t in train)
         log.info("protocol (%s): %d training images, %d descriptors, %d PCA training sets", proto, len(train),
                  n_desc, len(pca_sets))
         table = {"n_train_images": len(train), "n_train_descriptors": int(n_desc),
                  "n_pca_training_vectors": len(pca_sets), "rows": {}}
+        bow_vocabularies = {}
         for kind, K in methods:
             t1 = time.time()
-            if kind == "BoW":
-                enc = BoW(K, sparse=False, kmeans_params={"max_samples": args.max_samples},
-                          random_state=args.seed).fit(train)
+            X_db, X_pca = (db_raw, pca_sets_raw) if kind == "BoW128" else (db, pca_sets)
+            if kind in ("BoW", "BoWsoft", "BoW128"):
+                X_train = train_raw if kind == "BoW128" else train
+                key = (K, kind == "BoW128")
+                if key not in bow_vocabularies:  # BoW and BoWsoft share one vocabulary
+                    bow_vocabularies[key] = KMeansVocabulary(
+                        K, max_samples=min(args.max_samples, 100_000), max_iter=25,
+                        init="randsel" if K > 4096 else "plusplus", random_state=args.seed).fit(X_train)
+                enc = BoW.from_vocabulary(bow_vocabularies[key], X_train, sparse=False,
+                                          assignment="soft" if kind == "BoWsoft" else "hard")
             elif kind == "Fisher":
                 enc = FisherVector(K, gmm_params={"max_samples": args.max_samples}, random_state=args.seed).fit(train)
             else:
                 enc = VLAD(K, kmeans_params={"max_samples": args.max_samples}, random_state=args.seed).fit(train)
-            Vdb = enc.transform(db)
+            Vdb = enc.transform(X_db)
             row = [rank_and_score(bench, names, Vdb)]
             Vtr = None
             for dp in dims[1:]:
@@ -198,10 +212,12 @@ def run(args):
                     row.append(None)
                     continue
                 if Vtr is None:
-                    Vtr = enc.transform(pca_sets)
+                    Vtr = enc.transform(X_pca)
                 pca = PCAProjection(dp, random_state=args.seed).fit(Vtr)
                 row.append(rank_and_score(bench, names, pca.transform(Vdb)))
             table["rows"][f"{kind}-{K}"] = {"D": int(Vdb.shape[1]), "mAP": row, "seconds": time.time() - t1}
+            if args.json:
+                Path(args.json).write_text(json.dumps({**results, "partial": {proto: table}}, indent=1))
             log.info("(%s) %s-%d D=%d: %s (%.0f s)", proto, kind, K, Vdb.shape[1],
                      " ".join("-" if v is None else f"{v:.3f}" for v in row), time.time() - t1)
         table["seconds"] = time.time() - t0
@@ -231,10 +247,11 @@ def markdown(results):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--protocols", default="b,a")
-    p.add_argument("--methods", default="BoW-1000,BoW-20000,Fisher-16,Fisher-64,Fisher-256,VLAD-16,VLAD-64,VLAD-256")
+    p.add_argument("--methods", default="BoW-1000,BoWsoft-1000,BoW128-1000,BoW-20000,Fisher-16,Fisher-64,Fisher-256,VLAD-16,"
+                                        "VLAD-64,VLAD-256")
     p.add_argument("--dims", default="2048,512,128,64")
     p.add_argument("--crops", type=int, default=8)
-    p.add_argument("--max-samples", type=int, default=500_000)
+    p.add_argument("--max-samples", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--json", default=None)
