@@ -507,6 +507,7 @@ class Index:
         fsync_dir(tmp)
         os.replace(tmp, final)
         fsync_dir(final.parent)
+        crash_point("publish")  # the new generation exists but is not committed: it must be ignored
         stats_row = {"added": report.added, "changed": report.changed, "moved": report.moved,
                      "removed": report.removed, "errors": len(report.errors)}
         self.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=next_id, upserts=new_rows,

@@ -1,4 +1,4 @@
-"""Application (issue 7): crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at six points
+"""Application (issue 7): crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at seven points
 through the ``RETRIEVAL_CRASH_AT`` fault-injection hook, then run again: the index must be complete and
 consistent and answer exactly like an index that was never interrupted. Also: queries that run during a sync
 see either the old or the new state, never a mixture.
@@ -20,7 +20,7 @@ from test_app_sync import make_pool, small_preset
 
 from retrieval.index import Index, walk_photos
 
-POINTS = ["extract", "train", "encode", "array", "catalog", "commit"]
+POINTS = ["extract", "train", "encode", "array", "publish", "catalog", "commit"]
 
 
 @pytest.fixture(scope="module")
