@@ -47,6 +47,18 @@ def test_graf1_to_graf3_defaults(features_of):
     assert plain < int((err < 3).sum())
 
 
+def test_rotation_invariant_hesaff_descriptors_follow_the_frames(features_of):
+    """pyhesaff 2.2 describes rotation-invariant regions at -ori; the detector re-describes them (51 correct
+    ratio-0.8 matches on graf1->graf3 without the fix, 381 with it; upright: 261)."""
+    d = shared_path("opencv_samples")
+    fa = features_of(d / "graf1.png", rotation_invariance=True)
+    fb = features_of(d / "graf3.png", rotation_invariance=True)
+    assert fa.config.get("detector_version") == 2
+    m = match_descriptors(fa.descriptors, fb.descriptors, ratio=0.8)
+    err = np.linalg.norm(apply_homography(read_h13(), fa.xy[m[:, 0]]) - fb.xy[m[:, 1]], axis=1)
+    assert int((err < 3).sum()) >= 300
+
+
 def _homogr_error(features_of, name):
     import scipy.io as sio
 
@@ -92,7 +104,7 @@ def test_rotation_90_and_half_scale_with_rotation_invariance(features_of, tmp_pa
     src, p, T, (w, h) = _rotated_copy(tmp_path)
     kw = {**EXTRACT_KW, "rotation_invariance": True}
     res = match_features(features_of(src, **kw), features_of(p, **kw), **MATCH_KW)
-    assert res.homography is not None and res.inliers >= 8
+    assert res.homography is not None and res.inliers >= 30
     assert grid_error(res.homography, T, w, h) <= 3.0
 
 

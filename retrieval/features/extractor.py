@@ -68,7 +68,9 @@ class FeatureExtractor:
     Attributes
     ----------
     config : dict
-        JSON-able ``{"detector", "params" (all, defaults filled in), "max_side", "version"}``.
+        JSON-able ``{"detector", "params" (all, defaults filled in), "max_side", "version"}``, plus
+        ``"detector_version"`` when the detector's output changed for the same parameters (hesaff with
+        ``rotation_invariance=True``: 2, since the orientation-sign fix).
     config_key : str
         16 hex digits, SHA-1 of the canonical JSON of ``config``: two extractors share cached features only
         when their keys are equal.
@@ -86,6 +88,9 @@ class FeatureExtractor:
         self._detector = get_detector(detector, **params)
         self.config = {"detector": detector, "params": dict(self._detector.params),
                        "max_side": None if max_side is None else int(max_side), "version": FEATURES_VERSION}
+        detector_version = int(getattr(self._detector, "version", 1))
+        if detector_version != 1:  # only then, so that existing caches of unchanged detectors stay valid
+            self.config["detector_version"] = detector_version
         self.config_key = config_key(self.config)
 
     def __repr__(self) -> str:

@@ -65,6 +65,9 @@ class HessianAffine:
         p["edge_ratio"] = float(p["edge_ratio"])
         p["upsample"] = float(p["upsample"])
         self.params = p
+        # output version for the same parameters (enters the configuration key when != 1): rotation-invariant
+        # descriptors changed with the orientation-sign fix in detect()
+        self.version = 2 if p["rotation_invariance"] else 1
 
     def pyhesaff_kwargs(self) -> dict:
         """The keyword arguments passed to ``pyhesaff.detect_feats_in_image``."""
@@ -90,7 +93,15 @@ class HessianAffine:
             h, w = pixels.shape
             size = (round(w * up), round(h * up))
             img = cv2.resize(pixels, size, interpolation=cv2.INTER_LINEAR)
-        kpts, vecs = pyhesaff.detect_feats_in_image(np.ascontiguousarray(img), **self.pyhesaff_kwargs())
+        img = np.ascontiguousarray(img)
+        kpts, vecs = pyhesaff.detect_feats_in_image(img, **self.pyhesaff_kwargs())
+        if self.params["rotation_invariance"] and len(kpts):
+            # pyhesaff 2.2 describes each region with its orientation's sign flipped (graf1->graf3, ratio 0.8:
+            # 51 correct matches as returned, 377 when re-described at -ori; docs/differences.md): describe
+            # again at -ori so that descriptors follow the reported frame A = L R(ori).
+            flipped = np.array(kpts, dtype=np.float32, copy=True)
+            flipped[:, 5] = np.mod(-flipped[:, 5], 2 * np.pi)
+            vecs = pyhesaff.extract_vecs(img, flipped)
         kpts = np.asarray(kpts, dtype=np.float64).reshape(-1, 6)
         frames = frames_from_ellipse_cholesky(kpts[:, 0], kpts[:, 1], kpts[:, 2], kpts[:, 3], kpts[:, 4], kpts[:, 5])
         if up != 1.0:
