@@ -104,7 +104,7 @@ class ExactKernelSearch:
                 tau = kt[j] - slack[j]
             else:
                 lower = kt - slack
-                tau = np.partition(lower, n - kk)[n - kk]
+                tau = lower.max() if kk == 1 else np.partition(lower, n - kk)[n - kk]
             cand = np.flatnonzero(kt + slack >= tau)      # step 4
             kv = kernel_matrix(x[i:i + 1], self.base_[cand], emb.kernel, gamma=emb.gamma)[0]   # step 5
             evals[i] = cand.size
