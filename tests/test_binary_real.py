@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import shared_path
 
 TRAIN = ["100200.jpg", "100201.jpg", "103100.jpg"]

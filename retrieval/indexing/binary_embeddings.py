@@ -48,7 +48,7 @@ def _pca(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray, np.n
         W = vt[:n_components].T
         var = var[:n_components]
         if W.shape[1] < n_components:  # rank-deficient: complete with an orthonormal basis of the rest
-            q, _ = np.linalg.qr(np.hstack([W, np.random.default_rng(0).standard_normal((D, n_components))]))
+            q, _ = np.linalg.qr(W, mode="complete")     # orthonormal complement, deterministic
             W = np.hstack([W, q[:, W.shape[1]:n_components]])
             var = np.concatenate([var, np.zeros(n_components - var.size)])
     else:
@@ -109,6 +109,7 @@ class BinaryEmbedding(PersistableMixin):
 
     @property
     def ntotal(self) -> int:
+        """Number of database codes."""
         codes = getattr(self, "codes_", None)
         return 0 if codes is None else int(codes.shape[0])
 

@@ -74,9 +74,11 @@ class HomogeneousKernelMap:
 
     @property
     def dims_per_input(self) -> int:
+        """Output features per input dimension: 2n + 1 (1 for Hellinger)."""
         return 1 if self.kernel == "hellinger" else 2 * self.n_samples_per_dim + 1
 
     def fit(self, X=None, y=None):
+        """Check the parameters (the map is data independent); returns self."""
         self._check()
         return self
 

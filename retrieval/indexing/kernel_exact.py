@@ -64,6 +64,7 @@ class ExactKernelSearch:
 
     @property
     def ntotal(self) -> int:
+        """Number of database vectors."""
         b = getattr(self, "base_", None)
         return 0 if b is None else int(b.shape[0])
 

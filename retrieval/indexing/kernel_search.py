@@ -88,6 +88,7 @@ class KPCAPQ(PersistableMixin):
 
     @property
     def ntotal(self) -> int:
+        """Number of database codes."""
         return self.pq_.ntotal if hasattr(self, "pq_") else 0
 
     def _extra_state(self):
