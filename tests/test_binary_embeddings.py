@@ -252,11 +252,12 @@ def test_asymmetric_topk_equals_the_bitwise_sum_property(nbits, n, k, seed):
 
 @pytest.mark.parametrize("distance", DISTANCES)
 def test_search_pads_an_empty_or_small_database(distance):
-    train, base, queries = _synthetic(6, d=8, n=400)
+    X = _synthetic(6, d=8, n=2200)[0]
+    train, base, queries = X[:1000], X[1000:1002], X[1002:1004]
     e = LSH(16, random_state=0).fit(train)
     D, ids = e.search(queries[:2], 3, distance)
     assert (ids == -1).all() and np.isinf(D).all()
-    e.add(base[:2])
+    e.add(base)
     D, ids = e.search(queries[:2], 4, distance)
     assert sorted(ids[0, :2].tolist()) == [0, 1] and (ids[:, 2:] == -1).all() and np.isinf(D[:, 2:]).all()
     assert np.all(np.diff(D[:, :2], axis=1) >= 0)
