@@ -6,6 +6,10 @@ its true place in B is the box projected through the inverse model (clipped to B
 (the whole image as the box) in ``box_in_scene.png``, whose true box comes from an independent OpenCV SIFT +
 ratio test + RANSAC homography. The database is every shared image; the query image itself is excluded from
 its own results. With one relevant image per query, AP = 1 / rank of B and mAP is the mean reciprocal rank.
+
+Junk (ignored in the ranking, as in the Oxford protocol): other images of the same object, i.e. the three
+``LePoint`` pairs (one magazine photographed six times) and pixel-identical copies of the query or the target
+(``opencv_samples/graf1.png`` is ``homogr/grafA.png``, ...).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["shared_images", "box_queries", "evaluate"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+SAME_OBJECT = (("LePoint1", "LePoint2", "LePoint3"),)
 
 
 def shared_images(root) -> list[Path]:
@@ -65,8 +70,36 @@ def _opencv_homography(path_a, path_b):
     return H
 
 
+def _pixel_hashes(paths):
+    import hashlib
+
+    from PIL import Image
+
+    out = {}
+    for p in paths:
+        with Image.open(p) as im:
+            out[p] = hashlib.blake2b(np.asarray(im.convert("L")).tobytes(), digest_size=16).hexdigest()
+    return out
+
+
+def _add_junk(root, queries):
+    """Set ``q["junk"]``: other images of the same object (SAME_OBJECT groups, pixel-identical copies)."""
+    paths = shared_images(root)
+    hashes = _pixel_hashes(paths)
+    for q in queries:
+        keep = {q["query"], q["target"]}
+        junk = {p for p in paths if p not in keep and hashes[p] in (hashes[q["query"]], hashes[q["target"]])}
+        for group in SAME_OBJECT:
+            if q["name"] in group:
+                junk |= {p for p in (root / "homogr").glob("*")
+                         if p.suffix.lower() in IMAGE_SUFFIXES and p not in keep
+                         and any(p.name.startswith(g) for g in group)}
+        q["junk"] = sorted(junk)
+    return queries
+
+
 def box_queries(root, *, shrink: float = 0.8) -> list[dict]:
-    """Queries ``{"name", "query", "target", "box", "true_box"}`` (paths and boxes in original pixels)."""
+    """Queries ``{"name", "query", "target", "box", "true_box", "junk"}`` (paths, boxes in original pixels)."""
     root = Path(root)
     out = []
     for model in sorted((root / "homogr").glob("*_model.txt")):
@@ -97,7 +130,7 @@ def box_queries(root, *, shrink: float = 0.8) -> list[dict]:
             box = (0.0, 0.0, sa[0] - 1.0, sa[1] - 1.0)
             true = _clip_box(project_box(box, H), _image_size(qb))
             out.append({"name": "box", "query": qa, "target": qb, "box": box, "true_box": true})
-    return out
+    return _add_junk(root, out)
 
 
 def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, methods=("l1", "delta1"),
@@ -119,8 +152,9 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
     n_db = len(paths)
 
     def run(q, method, rerank, a):
+        junk = [ids[p] for p in q.get("junk", ()) if p in ids]
         hits = searcher.search(features[q["query"]], bbox=q["box"], k=n_db, method=method, alpha=a,
-                               rerank=rerank, exclude=[ids[q["query"]]])
+                               rerank=rerank, exclude=[ids[q["query"]]] + junk)
         target = ids[q["target"]]
         rank = next((r for r, h in enumerate(hits) if h.id == target), None)
         top = hits[0] if hits else None
