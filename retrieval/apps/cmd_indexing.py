@@ -61,6 +61,8 @@ def _run(kind, as_json, data_, synthetic_codes, **kw):
         line = f"  {name:5s} {r['ms_per_query']:9.3f} ms/query  {r['bytes_per_vector']} B/vector"
         if "recall@1" in r:
             line += "  recall@1/10/100 " + " ".join(f"{r[f'recall@{x}']:.4f}" for x in (1, 10, 100))
+        if "mse" in r:
+            line += f"  MSE {r['mse']:.5g}"
         if "rss_bytes" in r:
             line += (f"  RSS {r['rss_bytes'] / 2**30:.3f} GiB for {r['codes_plus_ids_bytes'] / 2**30:.3f} GiB "
                      f"of codes+ids ({r['rss_over_payload']:.3f}x; growth while filling "
