@@ -155,3 +155,39 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
         click.echo(f"end to end with {w} worker(s): {ips:.2f} images/s")
     click.echo(f"scaling {res['workers']} workers / 1 worker: x{res['scaling']:.2f} including the pool start-up, "
                f"x{res['scaling_warm_pool']:.2f} with a warm pool")
+
+
+@bench.command("match")
+@click.option("--data", type=click.Path(exists=True, file_okay=False), default="../shared/data", show_default=True,
+              help="Shared data folder with opencv_samples/ and homogr/.")
+@click.option("--detector", default="hesaff", show_default=True, help="hesaff, sift or dense.")
+@click.option("--max-side", type=int, default=2048, show_default=True, help="Working image size (0 = full).")
+@click.option("--rotation-invariant", is_flag=True, help="Rotation-invariant descriptors.")
+@click.option("--plain", is_flag=True, help="The plain pipeline: ratio 0.8, no mutual NN, no guided matching.")
+@click.option("--feature-store", type=click.Path(file_okay=False), default=None,
+              help="Feature-store folder to reuse extracted features.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature_store, as_json):
+    """Matching accuracy: graf1 -> graf3 inliers and grid error, median error on the 16 homogr pairs."""
+    from retrieval.features.bench import bench_match
+    from retrieval.features.matching import MATCH_DEFAULTS
+    from retrieval.features.store import FeatureStore
+
+    ex = _extractor(detector, max_side, {}, rotation_invariant)
+    params = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
+    if plain:
+        params.update(ratio=0.8, mutual=False, guided=False)
+    res = bench_match(data, extractor=ex, match_params=params,
+                      store=FeatureStore(feature_store) if feature_store else None)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    g = res["graf"]
+    click.echo(f"graf1->graf3: {g['n_features'][0]}/{g['n_features'][1]} features, {g['tentative']} tentative, "
+               f"{g['inliers']} inliers ({g.get('inliers_within_3px_of_truth')} within 3 px of H13), grid median "
+               f"error {g.get('grid_median_px', float('nan')):.2f} px; ratio-0.8 matches within 3 px: "
+               f"{g['ratio0.8_within_3px']}")
+    for name, p in res["homogr"].items():
+        e = "none" if p["median_px"] is None else f"{p['median_px']:.2f} px"
+        click.echo(f"  {name:14s} {e:>10s}  ({p['inliers']} inliers)")
+    click.echo(f"homogr pairs within 3 px: {res['homogr_within_3px']}/16")

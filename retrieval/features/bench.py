@@ -99,3 +99,75 @@ def bench_extract(paths, *, workers: int = 2, max_side: int = 1024, rounds: int 
         "scaling_warm_pool": steady[1] / steady[w] if w != 1 else 1.0,
         "config_key": ex.config_key,
     }
+
+
+HOMOGR_PAIRS = ["Boston", "BostonLib", "BruggeSquare", "BruggeTower", "Brussels", "CapitalRegion", "Eiffel",
+                "ExtremeZoom", "LePoint1", "LePoint2", "LePoint3", "WhiteBoard", "adam", "boat", "city", "graf"]
+
+
+def read_opencv_matrix_text(path, node: str) -> np.ndarray:
+    """A matrix node of an OpenCV FileStorage XML file, parsed as text (OpenCV 5 fails on H1to3p.xml)."""
+    import re
+
+    txt = open(path, encoding="utf-8").read()
+    m = re.search(rf"<{node}[^>]*>.*?<rows>\s*(\d+)\s*</rows>\s*<cols>\s*(\d+)\s*</cols>.*?<data>(.*?)</data>",
+                  txt, re.S)
+    if m is None:
+        raise ValueError(f"{path}: no matrix node {node!r}.")
+    rows, cols = int(m.group(1)), int(m.group(2))
+    return np.array(m.group(3).split(), dtype=np.float64).reshape(rows, cols)
+
+
+def bench_match(data, *, extractor, match_params: dict, store=None) -> dict:
+    """Accuracy of :func:`match_features` on graf1 -> graf3 and the 16 ``homogr`` pairs.
+
+    ``data`` is the shared data folder (``opencv_samples/``, ``homogr/``). graf: inliers, how many of them lie
+    within 3 px of the true homography ``H13``, the median error of the estimated homography over a 20 x 20 grid
+    of graf1, and the number of ratio-0.8 tentative matches within 3 px of ``H13`` (the issue's reference
+    figure). homogr: for each pair the median error of the estimated A -> B homography on the hand-verified
+    points of ``<name>_vpts.mat`` (``_model.txt`` maps B to A and is not used).
+    """
+    from pathlib import Path
+
+    import scipy.io as sio
+
+    from retrieval.features.matching import apply_homography, match_descriptors, match_features
+
+    data = Path(data)
+
+    def feats(p):
+        return store.get_or_extract(p, extractor) if store is not None else extractor(p)
+
+    o = data / "opencv_samples"
+    H13 = read_opencv_matrix_text(o / "H1to3p.xml", "H13")
+    fa, fb = feats(o / "graf1.png"), feats(o / "graf3.png")
+    t0 = time.perf_counter()
+    r = match_features(fa, fb, **match_params)
+    dt = time.perf_counter() - t0
+    gx, gy = np.meshgrid(np.linspace(0, fa.image_size[0] - 1, 20), np.linspace(0, fa.image_size[1] - 1, 20))
+    grid = np.c_[gx.ravel(), gy.ravel()]
+    out = {"extractor": extractor.config, "match": dict(match_params)}
+    graf = {"n_features": [len(fa), len(fb)], "tentative": r.tentative, "inliers": r.inliers, "match_seconds": dt}
+    if r.homography is not None:
+        ia, ib = r.inlier_pairs.T
+        e = np.linalg.norm(apply_homography(H13, fa.xy[ia]) - fb.xy[ib], axis=1)
+        graf["inliers_within_3px_of_truth"] = int((e < 3).sum())
+        graf["grid_median_px"] = float(np.median(np.linalg.norm(apply_homography(r.homography, grid)
+                                                                - apply_homography(H13, grid), axis=1)))
+    m = match_descriptors(fa.descriptors, fb.descriptors, ratio=0.8)
+    graf["ratio0.8_within_3px"] = int((np.linalg.norm(apply_homography(H13, fa.xy[m[:, 0]]) - fb.xy[m[:, 1]],
+                                                      axis=1) < 3).sum())
+    out["graf"] = graf
+    h = data / "homogr"
+    pairs = {}
+    for name in HOMOGR_PAIRS:
+        pa, pb = next(h.glob(f"{name}A.*")), next(h.glob(f"{name}B.*"))
+        rr = match_features(feats(pa), feats(pb), **match_params)
+        v = sio.loadmat(h / f"{name}_vpts.mat")["validation"][0, 0]["pts"]
+        err = None
+        if rr.homography is not None:
+            err = float(np.median(np.linalg.norm(apply_homography(rr.homography, v[:2].T) - v[3:5].T, axis=1)))
+        pairs[name] = {"median_px": err, "inliers": rr.inliers}
+    out["homogr"] = pairs
+    out["homogr_within_3px"] = sum(1 for p in pairs.values() if p["median_px"] is not None and p["median_px"] <= 3)
+    return out
