@@ -69,7 +69,7 @@ def _global(name, description, agg, k, *, projection=128, index=None, paper=None
     return {
         "name": name, "version": 1, "kind": "global", "description": description,
         "requires": ["retrieval.features:FeatureExtractor", "retrieval.features:root_sift",
-                     "retrieval.features:LocalPCA", *requires],
+                     "retrieval.features.pca:LocalPCA", *requires],
         "features": dict(FEATURES),
         # BoW: the paper quantises the full SIFT; a 128-component PCA is only a rotation (k-means is invariant)
         "local_pca": {"n_components": 128 if agg == "bow" else 64, "whiten": False},
