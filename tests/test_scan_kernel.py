@@ -87,5 +87,7 @@ def test_bad_inputs_are_named():
         lut_scan_topk(T, np.zeros((3, 5), np.uint8), 1)
     with pytest.raises(ValueError, match="uint8 or uint16"):
         lut_scan_topk(T, np.zeros((3, 4), np.int32), 1)
+    with pytest.raises(ValueError, match="smaller than ksub=256"):
+        lut_scan_topk(T, np.full((3, 4), 300, np.uint16), 1)
     with pytest.raises(ValueError, match="'k' parameter"):
         lut_scan_topk(T, np.zeros((3, 4), np.uint8), 0)

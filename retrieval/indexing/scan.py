@@ -166,6 +166,9 @@ def _check_inputs(tables, codes, k, threads):
         raise ValueError(f"tables must have at least one entry per sub-code; got shape {tables.shape}.")
     check_scalar(k, "k", "lut_scan_topk", low=1)
     check_scalar(threads, "threads", "lut_scan_topk", low=1)
+    # the compiled kernel does not bounds-check: refuse codes beyond the tables (free when ksub covers the dtype)
+    if ksub < np.iinfo(codes.dtype).max + 1 and codes.size and int(codes.max()) >= ksub:
+        raise ValueError(f"codes must be smaller than ksub={ksub} (the tables' last axis); got {int(codes.max())}.")
     return tables, codes
 
 
@@ -173,8 +176,8 @@ def lut_scan_topk(tables: np.ndarray, codes: np.ndarray, k: int, *, threads: int
                   largest: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """k smallest (or largest) table-look-up sums for a batch of queries (seed 002 eq. 21 and 23).
 
-    Compiled kernel; the caller guarantees that every code value is below ``ksub`` (codes produced by the
-    matching quantiser). Ties are broken by the smaller row index, like :func:`lut_scan_topk_reference`.
+    Compiled kernel. Code values must be below ``ksub`` (checked, at no cost when ``ksub`` covers the code dtype,
+    e.g. 256 entries for uint8). Ties are broken by the smaller row index, like :func:`lut_scan_topk_reference`.
 
     Parameters
     ----------
