@@ -377,6 +377,9 @@ class IVFADC:
                 or not codes.flags.c_contiguous):
             raise ValueError(f"codes must be a C-contiguous {self.pq_.code_dtype} array of shape (n, {self.M}); "
                              f"got {codes.dtype} {codes.shape}.")
+        ksub = self.pq_.ksub_
+        if ksub < np.iinfo(codes.dtype).max + 1 and codes.size and int(codes.max()) >= ksub:
+            raise ValueError(f"codes must be smaller than ksub={ksub}; got {int(codes.max())}.")
         if ids.dtype != np.int64 or ids.shape != (codes.shape[0],):
             raise ValueError(f"ids must be int64 of shape ({codes.shape[0]},); got {ids.dtype} {ids.shape}.")
         if (offsets.shape != (self.nlist + 1,) or offsets[0] != 0 or offsets[-1] != codes.shape[0]
