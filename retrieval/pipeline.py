@@ -109,25 +109,38 @@ def sample_descriptors(descriptor_arrays: Sequence[np.ndarray], max_total: int, 
 
 
 def tentative_matches(desc_q: np.ndarray, desc_db: np.ndarray, ratio: float = 0.85) -> np.ndarray:
-    """Nearest-neighbour matches passing Lowe's ratio test (on RootSIFT, Euclidean).
+    """Nearest-neighbour matches passing Lowe's ratio test ``d1 < ratio * d2`` (exact, Euclidean).
+
+    One matrix product gives every squared distance ``|q|^2 + |b|^2 - 2 q.b``; the two smallest per query row
+    are found with two passes.
 
     Parameters
     ----------
-    desc_q : ndarray of shape (nq, 128), float32
-    desc_db : ndarray of shape (ndb, 128), float32
+    desc_q : ndarray of shape (nq, d), float32
+    desc_db : ndarray of shape (ndb, d), float32
 
     Returns
     -------
     ndarray of shape (m, 2), dtype int64 — pairs (query index, database index).
     """
-    if len(desc_q) == 0 or len(desc_db) < 2:
+    nq, ndb = len(desc_q), len(desc_db)
+    if nq == 0 or ndb < 2:
         return np.empty((0, 2), np.int64)
-    import cv2
-
-    matcher = cv2.BFMatcher(cv2.NORM_L2)
-    knn = matcher.knnMatch(np.ascontiguousarray(desc_q, np.float32), np.ascontiguousarray(desc_db, np.float32), k=2)
-    pairs = [(m[0].queryIdx, m[0].trainIdx) for m in knn if len(m) == 2 and m[0].distance < ratio * m[1].distance]
-    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    q = np.ascontiguousarray(desc_q, dtype=np.float32)
+    b = np.ascontiguousarray(desc_db, dtype=np.float32)
+    D = q @ b.T
+    D *= -2.0
+    D += np.einsum("ij,ij->i", b, b)[None, :]  # |q|^2 is constant per row: added after the arg-min
+    rows = np.arange(nq)
+    j1 = np.argmin(D, axis=1)
+    d1 = D[rows, j1].copy()
+    D[rows, j1] = np.inf
+    d2 = D.min(axis=1)
+    qq = np.einsum("ij,ij->i", q, q)
+    d1 = np.maximum(d1 + qq, 0.0)
+    d2 = np.maximum(d2 + qq, 0.0)
+    keep = d1 < (ratio * ratio) * d2
+    return np.stack([rows[keep], j1[keep]], axis=1).astype(np.int64)
 
 
 def project_box(box, transform, size) -> tuple[float, float, float, float] | None:
@@ -168,7 +181,7 @@ def plausible_transform(transform, max_scale_change: float = 10.0) -> bool:
 
 
 def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *, shortlist: int,
-                   min_inliers: int, ratio: float) -> list[Hit]:
+                   min_inliers: int, ratio: float, describe: Callable | None = None) -> list[Hit]:
     """Re-rank the first ``shortlist`` hits by the number of spatially verified inliers.
 
     Tentative matches by a ratio test on RootSIFT, then :func:`retrieval.features.verify_affine` (fast affine
@@ -181,6 +194,8 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
     query : LocalFeatures — the query's features (already restricted to the box)
     query_box : (x1, y1, x2, y2) — the query region, projected into each verified image to give its box
     get_features : callable(id) -> LocalFeatures — the stored features of a database image
+    describe : callable(uint8 SIFT (n, 128)) -> float32 (n, d) or None — descriptors compared by the ratio test
+        (default RootSIFT; the global backends pass RootSIFT reduced by their local PCA to 64-d, twice as fast)
     """
     try:
         from retrieval.features import root_sift
@@ -190,12 +205,13 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
                          f"available: {exc}. Use --rerank none.") from None
     if len(query) == 0 or not hits:
         return hits
-    dq = root_sift(query.descriptors)
+    describe = describe or root_sift
+    dq = describe(query.descriptors)
     head, tail = hits[:shortlist], hits[shortlist:]
     verified, unverified = [], []
     for hit in head:
         db = get_features(hit.id)
-        matches = tentative_matches(dq, root_sift(db.descriptors), ratio) if len(db) else np.empty((0, 2), int)
+        matches = tentative_matches(dq, describe(db.descriptors), ratio) if len(db) else np.empty((0, 2), int)
         n_in, transform = 0, None
         if len(matches) >= 3:
             mask, transform = verify_affine(query.frames, db.frames, matches)
@@ -364,6 +380,12 @@ class GlobalBackend(Backend):
     def _fit_index_model(self, features_of, n_images, rng) -> None:
         """Hook for backends whose codes are trained with the model (ADC, IVFADC ranked by ADC)."""
         return None
+
+    def _describe(self, descriptors) -> np.ndarray:
+        """RootSIFT then local PCA of raw SIFT descriptors, (n, d) float32 (for the ratio test)."""
+        from retrieval.features import root_sift
+
+        return np.asarray(self.local_pca.transform(root_sift(descriptors)), dtype=np.float32)
 
     def _local(self, f) -> np.ndarray:
         """RootSIFT then local PCA of one image's descriptors, (n, d) float32."""
@@ -547,7 +569,8 @@ class GlobalBackend(Backend):
         hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k)
         if rerank == "spatial":
             hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
-                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)))
+                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)),
+                                  describe=self._describe)
         return hits[:k]
 
 

@@ -289,7 +289,8 @@ class BinaryBackend(GlobalBackend):
         hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k, distance=method)
         if rerank == "spatial":
             hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
-                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)))
+                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)),
+                                  describe=self._describe)
         return hits[:k]
 
 

@@ -179,3 +179,17 @@ def test_distinct_inliers_and_degenerate_transforms():
     assert plausible_transform(np.array([[2.0, 0, 3], [0, 0.5, 1], [0, 0, 1]]))
     assert not plausible_transform(np.array([[0.01, 0, 3], [0, 0.01, 1]]))  # collapses areas 10,000x
     assert not plausible_transform(np.array([[20.0, 0, 0], [0, 20.0, 0]]))
+
+
+def test_tentative_matches_equals_brute_force_ratio_test():
+    from retrieval.pipeline import tentative_matches
+
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(60, 16)).astype(np.float32)
+    b = np.concatenate([q[:30] + 0.01 * rng.normal(size=(30, 16)), rng.normal(size=(50, 16))]).astype(np.float32)
+    got = tentative_matches(q, b, ratio=0.8)
+    d = np.sqrt(((q[:, None, :].astype(np.float64) - b[None]) ** 2).sum(-1))
+    order = np.argsort(d, axis=1)
+    want = [(i, order[i, 0]) for i in range(60) if d[i, order[i, 0]] < 0.8 * d[i, order[i, 1]]]
+    assert [tuple(p) for p in got] == want
+    assert len(want) >= 30  # the 30 perturbed copies match their originals
