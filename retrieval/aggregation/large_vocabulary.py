@@ -181,8 +181,10 @@ def _sqnorms(A):
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(np.float32)
 
 
-def exact_nearest(X, centers, *, batch_size: int = 4096, centers_sqnorm=None):
+def exact_nearest(X, centers, *, block_elements: int = 1 << 24, centers_sqnorm=None):
     """Exact nearest centre by brute force (BLAS), the reference for the approximate assignment.
+
+    Memory is bounded: distances are computed in blocks of at most ``block_elements`` (rows x centres) floats.
 
     Parameters
     ----------
@@ -196,15 +198,27 @@ def exact_nearest(X, centers, *, batch_size: int = 4096, centers_sqnorm=None):
     """
     X = np.asarray(X, dtype=np.float32)
     centers = np.asarray(centers, dtype=np.float32)
+    K = centers.shape[0]
     cn = _sqnorms(centers) if centers_sqnorm is None else centers_sqnorm
+    cb = min(K, max(1, block_elements // 256))                 # centres per block
+    rb = max(1, min(X.shape[0], block_elements // cb))         # rows per block
     labels = np.empty(X.shape[0], dtype=np.int64)
     dist = np.empty(X.shape[0], dtype=np.float32)
-    for a in range(0, X.shape[0], batch_size):
-        xb = X[a:a + batch_size]
-        D = cn[None, :] - 2.0 * (xb @ centers.T)
-        j = np.argmin(D, axis=1)
-        labels[a:a + batch_size] = j
-        dist[a:a + batch_size] = np.maximum(D[np.arange(len(j)), j] + _sqnorms(xb), 0.0)
+    for a in range(0, X.shape[0], rb):
+        xb = X[a:a + rb]
+        best = np.full(xb.shape[0], np.inf, dtype=np.float32)
+        arg = np.zeros(xb.shape[0], dtype=np.int64)
+        for c in range(0, K, cb):
+            D = xb @ centers[c:c + cb].T
+            D *= -2.0
+            D += cn[None, c:c + cb]
+            j = np.argmin(D, axis=1)
+            v = D[np.arange(len(j)), j]
+            better = v < best
+            best[better] = v[better]
+            arg[better] = j[better] + c
+        labels[a:a + rb] = arg
+        dist[a:a + rb] = np.maximum(best + _sqnorms(xb), 0.0)
     return labels, dist
 
 
