@@ -85,7 +85,7 @@ def results_view(idx: Index, queries, k: int = 6) -> list:
 def assert_same_results(got: list, want: list, atol: float = 1e-5) -> None:
     """Same paths in the same order; scores equal up to float rounding (training sums in another order)."""
     assert [[p for p, _ in row] for row in got] == [[p for p, _ in row] for row in want]
-    for row_g, row_w in zip(got, want):
+    for row_g, row_w in zip(got, want, strict=True):
         np.testing.assert_allclose([s for _, s in row_g], [s for _, s in row_w], rtol=0, atol=atol)
 
 

@@ -10,7 +10,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "cli-reference.md"
 def test_every_command_has_help_text():
     from retrieval.apps.cli import main
 
-    missing = [" ".join(p) for p, cmd in iter_commands(main) if not (cmd.help or cmd.short_help)]
+    missing = [" ".join(p) for p, cmd, _ in iter_commands(main) if not (cmd.help or cmd.short_help)]
     assert missing == [], f"commands without help text: {missing}"
 
 
@@ -20,3 +20,14 @@ def test_cli_reference_is_up_to_date():
     assert DOC.read_text() == expected, (
         "docs/cli-reference.md is out of date: run `python -m retrieval.apps.clidoc > docs/cli-reference.md`"
     )
+
+
+def test_reference_does_not_depend_on_what_ran_before():
+    from click.testing import CliRunner
+
+    from retrieval.apps.cli import main
+
+    before = render_reference()
+    for path, _cmd, _ctx in list(iter_commands(main))[:8]:
+        CliRunner().invoke(main, [*path, "--help"])
+    assert render_reference() == before

@@ -9,23 +9,31 @@ from __future__ import annotations
 import click
 
 
-def iter_commands(group: click.Group, prefix: tuple[str, ...] = ()):
-    """Yield ``(path, command)`` for every command below ``group``, depth first, sorted by name."""
-    ctx = click.Context(group, info_name=" ".join(prefix) or "retrieval")
+def _root_context(group: click.Group) -> click.Context:
+    return click.Context(group, info_name="retrieval", **group.context_settings)
+
+
+def iter_commands(group: click.Group, prefix: tuple[str, ...] = (), parent: click.Context | None = None):
+    """Yield ``(path, command, context)`` for every command below ``group``, depth first, sorted by name.
+
+    Each context is a child of its group's context, as when the command line runs, so inherited settings
+    (``-h/--help``) render as users see them.
+    """
+    ctx = parent or _root_context(group)
     for name in sorted(group.list_commands(ctx)):
         cmd = group.get_command(ctx, name)
         if cmd is None or getattr(cmd, "hidden", False):
             continue
         path = prefix + (name,)
-        yield path, cmd
+        sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
+        yield path, cmd, sub
         if isinstance(cmd, click.Group):
-            yield from iter_commands(cmd, path)
+            yield from iter_commands(cmd, path, sub)
 
 
-def _help_text(cmd: click.Command, path: tuple[str, ...]) -> str:
-    info = "retrieval " + " ".join(path) if path else "retrieval"
-    with click.Context(cmd, info_name=info, terminal_width=110, max_content_width=110) as ctx:
-        return cmd.get_help(ctx)
+def _help_text(ctx: click.Context) -> str:
+    ctx.terminal_width = ctx.max_content_width = 110
+    return ctx.command.get_help(ctx)
 
 
 def render_reference() -> str:
@@ -41,12 +49,12 @@ def render_reference() -> str:
         "## retrieval",
         "",
         "```",
-        _help_text(main, ()).rstrip(),
+        _help_text(_root_context(main)).rstrip(),
         "```",
         "",
     ]
-    for path, cmd in iter_commands(main):
-        out += [f"## retrieval {' '.join(path)}", "", "```", _help_text(cmd, path).rstrip(), "```", ""]
+    for path, _cmd, ctx in iter_commands(main):
+        out += [f"## retrieval {' '.join(path)}", "", "```", _help_text(ctx).rstrip(), "```", ""]
     return "\n".join(out)
 
 
