@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.catalog import Catalog, crash_point
+from retrieval.index_build import IndexBuildMixin
 from retrieval.index_support import (  # noqa: F401 (SearchHit, SyncReport, walk_photos are part of this API)
     IMAGE_EXTENSIONS,
     LazyFeatures,
@@ -54,7 +55,7 @@ INDEX_FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------- the index
-class Index:
+class Index(IndexBuildMixin):
     """A searchable index of a photo folder, stored in an index folder (see the module docstring).
 
     Use :meth:`create` or :meth:`open`, then :meth:`sync`, :meth:`search`, :meth:`remove`, :meth:`info`.
@@ -412,74 +413,6 @@ class Index:
                     report.added, report.changed, report.moved, report.removed, report.unchanged,
                     len(report.errors), report.seconds)
         return report
-
-    def _extract(self, paths, hashes, store, extractor, workers, progress, report) -> None:
-        if not paths:
-            return
-        cb, close = progress_callback(progress, "extracting", len(paths))
-        from retrieval.features.parallel import extract_many
-
-        results = extract_many(paths, extractor, workers=workers)
-        done = 0
-        for i, res in results:
-            p = paths[i]
-            if isinstance(res, Exception):
-                reason = getattr(res, "reason", None) or str(res)
-                report.errors.append((p, reason))
-                logger.warning("cannot read %s: %s", p, reason)
-            else:
-                store.put(hashes[p], res, extractor.config_key)
-            done += 1
-            if done == 1 or done == len(paths) // 2:
-                crash_point("extract")
-            if cb:
-                cb(done, len(paths))
-        close()
-
-    def _training_paths(self, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
-        """(path, hash) of the training images: ``train_images`` or a seeded sample of the collection."""
-        explicit = self.catalog.get_meta("train_images")
-        if explicit:
-            from retrieval.features.store import file_hash
-
-            return [(p, file_hash(p)) for p in explicit]
-        pool = {r["hash"]: r["path"] for r in rows if r["status"] == "indexed"}
-        pool.update({hashes[p]: p for p in to_add if p not in failed})
-        if not pool:
-            raise ValueError("no readable image to train the model on.")
-        tr = self.preset.get("training", {})
-        order = sorted(pool)  # by content hash: independent of names and of the walk order
-        rng = np.random.default_rng(int(tr.get("random_state", 0)))
-        n = min(len(order), int(tr.get("max_images", 1000)))
-        pick = sorted(rng.choice(len(order), n, replace=False)) if n < len(order) else range(len(order))
-        return [(pool[order[i]], order[i]) for i in pick]
-
-    def _train(self, backend, train_paths, progress, workers, report) -> None:
-        store, extractor = self.store, self.extractor
-        key = extractor.config_key
-        need = [p for p, h in train_paths if (h, key) not in store]
-        self._extract(need, dict(train_paths), store, extractor, workers, progress, report)
-        ok = [(p, h) for p, h in train_paths if (h, key) in store]
-        cb, close = progress_callback(progress, "training", 3, unit="step")
-        feats = LazyFeatures(store, key, [h for _, h in ok])
-        backend.train(lambda i: feats[i], len(ok), progress=cb)
-        close()
-        import uuid
-
-        tmp = self.path / "model.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        info = backend.save_model(tmp)
-        info.update(preset=self.preset["name"], preset_version=self.preset["version"], id=uuid.uuid4().hex[:12],
-                    trained_on=len(ok))
-        from retrieval.persistence import fsync_dir, write_json_atomic
-
-        write_json_atomic(tmp / "model.json", info)
-        fsync_dir(tmp)
-        shutil.rmtree(self._model_dir(), ignore_errors=True)
-        os.replace(tmp, self._model_dir())
-        self.catalog.set_meta(model={"id": info["id"], "trained_on": len(ok)})
-        report.trained = True
 
     # ------------------------------------------------------------------ remove
     def remove(self, paths: Sequence) -> int:
