@@ -560,13 +560,18 @@ class GlobalBackend(Backend):
         if method not in ("ip",):
             raise ValueError(f"--method {method!r} is not offered by preset {self.preset['name']!r} "
                              f"(kind global): use 'ip' (inner product of global vectors).")
+        return self._ranked(query, query_box, get_features, k=k, rerank=rerank)
+
+    def _ranked(self, query, query_box, get_features, *, k: int, rerank, **first_stage_options) -> list[Hit]:
+        """First-stage ranking of the encoded query, then optional spatial re-ranking of the shortlist."""
+        s = self.preset.get("search", {})
         rerank = rerank or default_rerank(s)
         if rerank not in ("none", "spatial"):
             raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
         q = self.encode([query])[0]
         shortlist = int(s.get("shortlist", 50))
-        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k)
+        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k, **first_stage_options)
         if rerank == "spatial":
             hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
                                   min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)),

@@ -25,7 +25,6 @@ from retrieval.pipeline import (
     Hit,
     default_rerank,
     read_npy,
-    spatial_rerank,
     write_npy,
 )
 
@@ -280,18 +279,7 @@ class BinaryBackend(GlobalBackend):
         if method not in BINARY_DISTANCES:
             raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
                              f"{self.preset['name']!r}; got {method!r}.")
-        rerank = rerank or default_rerank(s)
-        if rerank not in ("none", "spatial"):
-            raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
-                             f"got {rerank!r}.")
-        q = self.encode([query])[0]
-        shortlist = int(s.get("shortlist", 50))
-        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k, distance=method)
-        if rerank == "spatial":
-            hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
-                                  min_inliers=int(s.get("min_inliers", 6)), ratio=float(s.get("ratio", 0.85)),
-                                  describe=self._describe)
-        return hits[:k]
+        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, distance=method)
 
 
 class ObjectBackend:
