@@ -195,7 +195,10 @@ class Index(IndexBuildMixin):
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(src, tmp)
         os.replace(tmp, self._model_dir())
-        self.catalog.set_meta(model={"id": info["id"], "trained_on": info.get("trained_on"), "imported": str(src)})
+        meta = {"id": info["id"], "trained_on": info.get("trained_on"), "imported": str(src)}
+        if info.get("effective"):
+            meta["effective"] = info["effective"]
+        self.catalog.set_meta(model=meta)
 
     def _backend_for(self, gen: int):
         """The backend with the model and the state of generation ``gen`` (cached per generation)."""

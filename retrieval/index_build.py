@@ -81,11 +81,17 @@ class IndexBuildMixin:
         info = backend.save_model(tmp)
         info.update(preset=self.preset["name"], preset_version=self.preset["version"], id=uuid.uuid4().hex[:12],
                     trained_on=len(ok))
+        effective = dict(getattr(backend, "effective", {}) or {})
+        if effective:  # preset parameters reduced to fit a small training set (pipeline.record_reduction)
+            info["effective"] = effective
         from retrieval.persistence import fsync_dir, write_json_atomic
 
         write_json_atomic(tmp / "model.json", info)
         fsync_dir(tmp)
         shutil.rmtree(self._model_dir(), ignore_errors=True)
         os.replace(tmp, self._model_dir())
-        self.catalog.set_meta(model={"id": info["id"], "trained_on": len(ok)})
+        meta = {"id": info["id"], "trained_on": len(ok)}
+        if effective:
+            meta["effective"] = effective
+        self.catalog.set_meta(model=meta)
         report.trained = True

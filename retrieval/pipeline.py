@@ -29,6 +29,7 @@ import numpy as np
 
 from retrieval.catalog import crash_point
 from retrieval.persistence import atomic_write, load_estimator
+from retrieval.presets import record_reduction, vocabulary_cap
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +257,7 @@ class Backend:
     def __init__(self, preset: dict):
         self.preset = preset
         self.trained = False
+        self.effective = {}  # preset parameters reduced to fit the training data (record_reduction)
 
     # model
     def train(self, features_of: Callable[[int], object], n_images: int, progress=None) -> None:
@@ -314,15 +316,23 @@ class GlobalBackend(Backend):
         seed = int(rng.integers(2**31 - 1))
         import retrieval.aggregation as A
 
+        K = int(agg["n_components"])
+        cap = vocabulary_cap(self.preset, len(X))
+        if K > cap:
+            record_reduction(self.effective, self.preset["name"], "aggregation.n_components", K, cap,
+                             f"{len(X)} training descriptors support at most {cap} words/Gaussians "
+                             f"(training.min_descriptors_per_word)")
+            K = cap
         if agg["method"] == "fisher":
-            model = A.FisherVector(n_components=int(agg["n_components"]), alpha=float(agg.get("alpha", 0.5)),
-                                   random_state=seed)
+            model = A.FisherVector(n_components=K, alpha=float(agg.get("alpha", 0.5)), random_state=seed)
         elif agg["method"] == "vlad":
-            model = A.VLAD(n_clusters=int(agg["n_components"]), alpha=float(agg.get("alpha", 0.5)),
-                           random_state=seed)
+            model = A.VLAD(n_clusters=K, alpha=float(agg.get("alpha", 0.5)), random_state=seed)
         elif agg["method"] == "bow":
-            model = A.BoW(n_clusters=int(agg["n_components"]), alpha=float(agg.get("alpha", 1.0)),
-                          idf=bool(agg.get("idf", True)), norm="l2", random_state=seed)
+            # VLFeat's k-means++ seeding costs O(n K d) serially (447 s for K = 20,000 on 223k descriptors,
+            # docs/results.md issue 8): large vocabularies are seeded by a random selection of training points
+            kmeans = {"init": "randsel"} if K > 1000 else None
+            model = A.BoW(n_clusters=K, alpha=float(agg.get("alpha", 1.0)), idf=bool(agg.get("idf", True)),
+                          norm="l2", kmeans_params=kmeans, random_state=seed)
         else:
             raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be one of "
                              f"{', '.join(AGGREGATION_METHODS)}; got {agg['method']!r}.")
@@ -370,8 +380,9 @@ class GlobalBackend(Backend):
                                                 renormalize=bool(proj.get("renormalize", False)),
                                                 rotation=rotate, random_state=int(rng.integers(2**31 - 1))).fit(V)
             else:
-                logger.info("projection to %d dimensions skipped: only %d training images (needs %d)",
-                            n_out, n_images, 2 * n_out)
+                record_reduction(self.effective, self.preset["name"], "projection.n_components", n_out, None,
+                                 f"the PCA to {n_out} dimensions needs {2 * n_out} training images, got "
+                                 f"{n_images}: the aggregated vectors keep their full dimension D")
         self._fit_index_model(features_of, n_images, rng)
         if progress:
             progress(3, 3)
@@ -416,8 +427,11 @@ class GlobalBackend(Backend):
     def dim(self) -> int:
         if self.projection is not None:
             return int(self.projection.n_components)
-        agg = self.preset["aggregation"]
-        return int(agg["n_components"]) * int(self.local_pca.n_components)
+        K = int(getattr(self.aggregator, "n_components", getattr(self.aggregator, "n_clusters", 0)) or
+                self.preset["aggregation"]["n_components"])
+        if self.preset["aggregation"]["method"] == "bow":
+            return K
+        return K * int(self.local_pca.n_components)
 
     # ------------------------------------------------------------------ encoding
     def _aggregate(self, features: Sequence, project: bool = True, dense: bool = True):

@@ -27,6 +27,7 @@ from retrieval.pipeline import (
     read_npy,
     write_npy,
 )
+from retrieval.presets import record_reduction
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ class CodesBackend(GlobalBackend):
     State: ``ids.npy`` (n,) int64, ``codes.npy`` (n, M) uint8/uint16.
     ``index.type == "ivfadc_adc"``: a :class:`retrieval.indexing.IVFADC` trained with the model, updated in
     place by add/remove, ranked by its ADC distances (seed 002 VI-C). State: ``ids.npy`` and ``ivfadc/``.
-    ``score`` = minus the (squared Euclidean) ADC distance. Needs at least ``2**nbits`` (and ``nlist``)
-    training images.
+    ``score`` = minus the (squared Euclidean) ADC distance. With fewer training images than ``2**nbits`` (or
+    39 x ``nlist``) the parameters are reduced with a warning (:meth:`_fit_index_model`).
     """
 
     def __init__(self, preset: dict):
@@ -64,21 +65,51 @@ class CodesBackend(GlobalBackend):
         return self.preset["index"]["type"]
 
     def _fit_index_model(self, features_of, n_images, rng) -> None:
+        """Train the PQ (``adc``) or the IVFADC (``ivfadc_adc``) on the training images' global vectors.
+
+        Small-collection rule (:func:`retrieval.presets.record_reduction`): with ``n`` training vectors,
+        ``nbits`` is reduced so that ``2**nbits <= n`` (each sub-quantiser's k-means needs at least ``ksub``
+        points), ``nlist`` to the largest power of two ``<= n / 39`` (faiss's minimum of 39 training points per
+        coarse centroid; at least 1), ``nprobe`` to ``nlist``, and ``M`` to the largest divisor of the vector
+        dimension ``<= M``. Each reduction is one warning and is recorded in ``effective``.
+        """
         ix = self.preset["index"]
-        need = max(2 ** int(ix["nbits"]), int(ix.get("nlist", 1)) if self.itype == "ivfadc_adc" else 1)
-        if n_images < need:
-            raise ValueError(f"preset {self.preset['name']!r}: its {self.itype} index needs at least {need} training "
-                             f"images (2**nbits codewords{' and nlist lists' if self.itype == 'ivfadc_adc' else ''}); "
+        name = self.preset["name"]
+        if n_images < 2:
+            raise ValueError(f"preset {name!r}: its {self.itype} index needs at least 2 training images; "
                              f"got {n_images}.")
         V = self._aggregate([features_of(i) for i in range(n_images)])
+        n, d = V.shape
+        M, nbits = int(ix["M"]), int(ix["nbits"])
+        if d % M:
+            m = max(m for m in range(1, M + 1) if d % m == 0)
+            record_reduction(self.effective, name, "index.M", M, m,
+                             f"the {d}-d vectors split into M sub-vectors only when M divides {d}")
+            M = m
+        if 2 ** nbits > n:
+            nb = int(np.floor(np.log2(n)))
+            record_reduction(self.effective, name, "index.nbits", nbits, nb,
+                             f"{n} training vectors: 2**nbits = {2 ** nbits} codewords per sub-quantiser "
+                             f"need at least as many vectors (2**{nb} = {2 ** nb} <= {n})")
+            nbits = nb
         seed = int(rng.integers(2**31 - 1))
         from retrieval.indexing import IVFADC, ProductQuantizer
 
         if self.itype == "adc":
-            self.pq = ProductQuantizer(M=int(ix["M"]), nbits=int(ix["nbits"]), random_state=seed).fit(V)
-        else:
-            self.ivf = IVFADC(nlist=int(ix["nlist"]), M=int(ix["M"]), nbits=int(ix["nbits"]),
-                              nprobe=int(ix.get("nprobe", 1)), random_state=seed).fit(V)
+            self.pq = ProductQuantizer(M=M, nbits=nbits, random_state=seed).fit(V)
+            return
+        nlist, nprobe = int(ix["nlist"]), int(ix.get("nprobe", 1))
+        cap = 1 << int(np.floor(np.log2(max(1, n // 39))))
+        if nlist > cap:
+            record_reduction(self.effective, name, "index.nlist", nlist, cap,
+                             f"{n} training vectors: the coarse k-means needs at least 39 per list "
+                             f"(largest power of two <= {n}/39)")
+            nlist = cap
+        if nprobe > nlist:
+            record_reduction(self.effective, name, "index.nprobe", nprobe, nlist,
+                             f"only {nlist} inverted lists")
+            nprobe = nlist
+        self.ivf = IVFADC(nlist=nlist, M=M, nbits=nbits, nprobe=nprobe, random_state=seed).fit(V)
 
     def save_model(self, folder: Path) -> dict:
         info = super().save_model(folder)
@@ -193,9 +224,11 @@ class BinaryBackend(GlobalBackend):
         bits = int(ix.get("bits", 256))
         cap = min(V.shape[1], n_images - 1)
         if bits > cap:
-            bits = max(8, (cap // 8) * 8)
-            logger.info("binary code reduced to %d bits: %d training images of dimension %d", bits, n_images,
-                        V.shape[1])
+            used = max(8, (cap // 8) * 8)
+            record_reduction(self.effective, self.preset["name"], "index.bits", bits, used,
+                             f"{n_images} training vectors of dimension {V.shape[1]} support at most {cap} "
+                             f"projected directions (rounded down to whole bytes)")
+            bits = used
         cls = getattr(binary, ix.get("embedding", "PCAEITQ"))
         tr = self.preset.get("training", {})
         self.embedding = cls(nbits=bits, random_state=int(tr.get("random_state", 0))).fit(V)
@@ -294,6 +327,7 @@ class ObjectBackend:
     def __init__(self, preset: dict):
         self.preset = preset
         self.trained = False
+        self.effective = {}
         self.searcher = None
         self._ids = np.empty(0, np.int64)
 
@@ -307,8 +341,10 @@ class ObjectBackend:
         n_train = min(n_descriptors, params["max_train_descriptors"])
         cap = max(64, n_train // int(tr.get("min_descriptors_per_word", 10)))
         if params.get("n_words", 100_000) > cap:
-            logger.info("object vocabulary reduced from %d to %d words (%d training descriptors)",
-                        params.get("n_words", 100_000), cap, n_train)
+            record_reduction(self.effective, self.preset["name"], "object_search.n_words",
+                             params.get("n_words", 100_000), cap,
+                             f"{n_train} training descriptors support at most {cap} words "
+                             f"(training.min_descriptors_per_word)")
             params["n_words"] = cap
         return ObjectSearcher(**params)
 

@@ -19,8 +19,11 @@ import copy
 import hashlib
 import importlib
 import json
+import logging
 from importlib import resources
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("global", "binary", "object")
 _REQUIRED_KEYS = ("name", "version", "kind", "description")
@@ -112,3 +115,24 @@ def describe_presets() -> list[dict]:
         out.append({"name": name, "version": p["version"], "kind": p["kind"], "available": not miss,
                     "missing": miss, "description": p["description"]})
     return out
+
+
+def record_reduction(effective: dict, preset_name: str, param: str, preset_value, used, reason: str) -> None:
+    """Record in ``effective`` (and warn once) that the preset parameter ``param`` was reduced to fit the data.
+
+    The small-collection rule (docs/user-guide.md, "Small collections"): a preset meant for large collections is
+    applied to a small one with every data-bound parameter reduced to what the training data supports (PQ bits,
+    IVF lists, vocabulary size, projection, binary code length) instead of refusing; each reduction is one
+    ``WARNING`` naming the parameter, the value used and why, and is recorded as
+    ``effective[param] = {"preset": preset_value, "used": used, "reason": reason}`` (saved in the model's
+    ``model.json``, the index's ``info()`` and the ``eval run`` report).
+    """
+    effective[param] = {"preset": preset_value, "used": used, "reason": reason}
+    logger.warning("preset %r: %s = %s reduced to %s: %s", preset_name, param, preset_value, used, reason)
+
+
+def vocabulary_cap(preset: dict, n_descriptors: int) -> int:
+    """Largest vocabulary learnt from ``n_descriptors`` training descriptors: ``n // training.min_descriptors_per_word``
+    (default 10 descriptors per word; at least 1)."""
+    per_word = int(preset.get("training", {}).get("min_descriptors_per_word", 10))
+    return max(1, n_descriptors // max(1, per_word))

@@ -108,7 +108,9 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     dict
         ``{"dataset", "preset", "mAP", "per_query", "score" (the protocol's full output), "images", "queries",
         "bytes_per_image", "extraction_seconds", "extraction_seconds_per_image", "index_seconds",
-        "query_seconds_mean", "k", "training", "warnings", "configuration", "library_version", ...}``
+        "query_seconds_mean", "k", "training", "warnings", "configuration", "effective_parameters" (the preset
+        parameters reduced to fit a small training set: ``{param: {"preset", "used", "reason"}}``, see
+        :func:`retrieval.presets.record_reduction`), "library_version", ...}``
     """
     from retrieval import __version__
     from retrieval.evaluation.paper_presets import apply_overrides
@@ -161,7 +163,11 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         index_seconds = time.perf_counter() - t0
         gen = idx.catalog.snapshot()[0]
         state_bytes = _folder_bytes(idx.path / "gens" / f"{gen:08d}")
-        n_indexed = idx.info()["indexed"]
+        info = idx.info()
+        n_indexed = info["indexed"]
+        effective = dict((info.get("model") or {}).get("effective") or {})
+        for param, e in effective.items():  # already logged once by the backend when it trained
+            warnings.append(f"preset parameter {param} = {e['preset']} reduced to {e['used']}: {e['reason']}")
 
         # 3. queries
         n_db = len(dataset.database)
@@ -199,6 +205,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         "notes": list(dataset.notes),
         "warnings": warnings,
         "configuration": preset,
+        "effective_parameters": effective,
         "index_folder": str(index_dir),
         "feature_cache": str(cache_dir),
         "library_version": __version__,
