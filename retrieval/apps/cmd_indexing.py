@@ -34,6 +34,9 @@ def _bench_options(fn):
         click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
                      help="Interleaved timing repetitions; the minimum per library is reported."),
         click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
+        click.option("--train-seeds", type=click.IntRange(1), default=1, show_default=True,
+                     help="Train both libraries this many times with different k-means seeds and report the mean "
+                          "recall (and its s.d.) over the trainings."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=".cache", show_default=True,
                      help="Where extracted RootSIFT descriptors are cached."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object (ours, faiss, ratio)."),
@@ -61,6 +64,8 @@ def _run(kind, as_json, data_, synthetic_codes, **kw):
         line = f"  {name:5s} {r['ms_per_query']:9.3f} ms/query  {r['bytes_per_vector']} B/vector"
         if "recall@1" in r:
             line += "  recall@1/10/100 " + " ".join(f"{r[f'recall@{x}']:.4f}" for x in (1, 10, 100))
+            if "recall@1_sd" in r:
+                line += " (s.d. over trainings " + " ".join(f"{r[f'recall@{x}_sd']:.4f}" for x in (1, 10, 100)) + ")"
         if "mse" in r:
             line += f"  MSE {r['mse']:.5g}"
         if "rss_bytes" in r:

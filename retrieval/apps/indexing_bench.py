@@ -112,24 +112,28 @@ def _timed(fn, nq):
 
 
 def run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads, synthetic, data, n_iter,
-        seed, cache_dir, repeats=3):
+        seed, cache_dir, repeats=3, train_seeds=1):
     """Build, search and compare; returns the JSON-able result dictionary.
 
     BLAS is limited to ``threads`` threads for the whole run (threadpoolctl): an idle multi-threaded BLAS
     spinning between calls would otherwise steal the cores the single-threaded scan is measured on.
+
+    With ``train_seeds`` > 1 both libraries are trained ``train_seeds`` times on the same learning set with
+    different k-means seeds (ours: ``seed + s``; faiss: ``cp.seed = 1234 + s``) and searched with the same
+    queries: the reported recalls are the means over the trainings (``recall@R_sd`` their standard deviation,
+    ``runs`` the per-training figures), so that the comparison is between the methods rather than between two
+    random k-means initialisations.
     """
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
         return _run(kind, n=n, d=d, M=M, nbits=nbits, nlist=nlist, nprobe=nprobe, k=k, nq=nq, ntrain=ntrain,
                     compare=compare, threads=threads, synthetic=synthetic, data=data, n_iter=n_iter, seed=seed,
-                    cache_dir=cache_dir, repeats=repeats)
+                    cache_dir=cache_dir, repeats=repeats, train_seeds=1 if synthetic else train_seeds)
 
 
 def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads, synthetic, data, n_iter,
-         seed, cache_dir, repeats):
-    from retrieval.indexing import IVFADC, ProductQuantizer
-
+         seed, cache_dir, repeats, train_seeds):
     kk = max(k, max(RECALL_AT))
     faiss = None
     if compare == "faiss":
@@ -139,7 +143,7 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
     rng = np.random.default_rng(seed)
     result = {"kind": kind, "params": {"n": n, "d": d, "M": M, "nbits": nbits, "k": k, "nq": nq,
                                        "threads": threads, "synthetic_codes": synthetic, "data": data,
-                                       "n_iter": n_iter, "repeats": repeats}}
+                                       "n_iter": n_iter, "repeats": repeats, "train_seeds": train_seeds}}
     if kind == "ivfadc":
         result["params"].update(nlist=nlist, nprobe=nprobe)
     ksub = 1 << nbits
@@ -157,13 +161,44 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
         n = xb.shape[0]
         result["params"].update(n=n, d=d)
     logger.info("data: train %s, base %s, queries %s", xt.shape, None if xb is None else xb.shape, xq.shape)
+    gt = None if synthetic else exact_nn(xq, xb)
+    runs = []
+    for s in range(train_seeds):
+        runs.append(_one_training(kind, faiss, xt, xb, xq, gt, rng, d=d, M=M, nbits=nbits, nlist=nlist,
+                                  nprobe=nprobe, kk=kk, threads=threads, synthetic=synthetic, n_iter=n_iter,
+                                  seed=seed + s, faiss_seed=1234 + s, repeats=repeats, n=n))
+    for name in ("ours", "faiss"):
+        if name not in runs[0]:
+            continue
+        out = dict(runs[0][name])
+        out["ms_per_query"] = min(r[name]["ms_per_query"] for r in runs)
+        out["ms_per_query_runs"] = [t for r in runs for t in r[name]["ms_per_query_runs"]]
+        for key in [f"recall@{x}" for x in RECALL_AT] + ["mse"]:
+            if key in out:
+                vals = np.array([r[name][key] for r in runs])
+                out[key] = float(vals.mean())
+                if train_seeds > 1:
+                    out[key + "_sd"] = float(vals.std(ddof=1))
+        if train_seeds > 1:
+            out["runs"] = [{key: r[name][key] for key in r[name] if key.startswith(("recall@", "mse"))}
+                           for r in runs]
+        result[name] = out
+    if "faiss" in result:
+        result["ratio"] = result["ours"]["ms_per_query"] / result["faiss"]["ms_per_query"]
+    return result
+
+
+def _one_training(kind, faiss, xt, xb, xq, gt, rng, *, d, M, nbits, nlist, nprobe, kk, threads, synthetic,
+                  n_iter, seed, faiss_seed, repeats, n):
+    """Train, fill and search both libraries once (ours with ``seed``, faiss with ``cp.seed = faiss_seed``)."""
+    from retrieval.indexing import IVFADC, ProductQuantizer
 
     t0 = time.perf_counter()
     if kind == "pq":
         ours = ProductQuantizer(M, nbits, n_iter=n_iter, random_state=seed).fit(xt)
     else:
         ours = IVFADC(nlist, M, nbits, nprobe, n_iter=n_iter, random_state=seed).fit(xt)
-    logger.info("ours trained in %.1f s", time.perf_counter() - t0)
+    logger.info("ours trained in %.1f s (seed %d)", time.perf_counter() - t0, seed)
     rss_before = rss_bytes()
     if synthetic:
         codes, ids, offsets = _random_lists(n, M, ours, nlist if kind == "ivfadc" else 1, rng)
@@ -180,7 +215,7 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
 
     ours_search(xq[:2])  # warm-up (numba compilation / cache load)
     bpv = ours.code_size if kind == "pq" else ours.bytes_per_vector
-    result["ours"] = {"bytes_per_vector": bpv}
+    result = {"ours": {"bytes_per_vector": bpv}}
     ref = None
     if faiss is not None:
         if kind == "pq":
@@ -189,7 +224,9 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
             ref = faiss.IndexIVFPQ(faiss.IndexFlatL2(d), d, nlist, M, nbits)
             ref.nprobe = nprobe
             ref.cp.niter = n_iter
+            ref.cp.seed = faiss_seed
         ref.pq.cp.niter = n_iter
+        ref.pq.cp.seed = faiss_seed
         t0 = time.perf_counter()
         ref.train(xt)
         if synthetic:
@@ -202,10 +239,10 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
     # interleaved repetitions, minimum per library: robust to the noise of a shared machine
     times_o, times_f = [], []
     for _ in range(repeats):
-        (D, ids_o), ms = _timed(lambda: ours_search(xq), nq)
+        (D, ids_o), ms = _timed(lambda: ours_search(xq), len(xq))
         times_o.append(ms)
         if ref is not None:
-            (Df, If), fms = _timed(lambda: ref.search(xq, kk), nq)
+            (Df, If), fms = _timed(lambda: ref.search(xq, kk), len(xq))
             times_f.append(fms)
     result["ours"].update(ms_per_query=min(times_o), ms_per_query_runs=times_o)
     if synthetic:
@@ -216,7 +253,6 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
         result["ours"].update(rss_bytes=rss_after, rss_before_fill_bytes=rss_before, codes_plus_ids_bytes=payload,
                               rss_over_payload=rss_after / payload,
                               rss_growth_over_payload=(rss_after - rss_before) / payload)
-    gt = None if synthetic else exact_nn(xq, xb)
     sample = None if synthetic else xb[: min(len(xb), 100_000)]
     if gt is not None:
         result["ours"].update(recalls(ids_o, gt))
@@ -229,7 +265,6 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
             if kind == "pq":
                 rec = ref.pq.decode(ref.pq.compute_codes(sample))
                 result["faiss"]["mse"] = float(((rec - sample) ** 2).sum(1).mean())
-        result["ratio"] = result["ours"]["ms_per_query"] / result["faiss"]["ms_per_query"]
     return result
 
 
