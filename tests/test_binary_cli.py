@@ -25,3 +25,33 @@ def test_speed_report_schema_on_a_small_database():
     assert out["n"] == 3000 and out["nbytes"] == 8 and out["threads"] == 1
     assert set(out["ms_per_query"]) >= {"hamming", "asym_dE", "asym_dLB", "pq_adc"}
     assert out["dE_vs_pq_adc"] > 0
+
+
+def test_repeats_must_be_positive():
+    r = CliRunner().invoke(main, ["bench", "binary", "--repeats", "0"])
+    assert r.exit_code == 2 and "--repeats" in r.output
+
+
+def test_aggregate_runs_averages_matching_rows_over_draws():
+    from retrieval.apps.binary_bench import aggregate_runs
+
+    def row(emb, dist, r10, mAP=None):
+        out = {"embedding": emb, "bits": 32, "distance": dist, "recall@10": r10, "recall@100": 1.0,
+               "ms_per_query": 0.5}
+        if mAP is not None:
+            out["mAP"] = mAP
+        return out
+
+    runs = [[row("LSH", "hamming", 0.2, 0.5), row("LSH", "expectation", 0.3, 0.6)],
+            [row("LSH", "expectation", 0.5, 0.8), row("LSH", "hamming", 0.4, 0.7)],
+            [row("LSH", "hamming", 0.3, 0.6)]]
+    out = aggregate_runs(runs)
+    assert [(r["distance"], r["repeats"]) for r in out] == [("hamming", 3), ("expectation", 2)]
+    ham, exp_ = out
+    assert ham["recall@10"] == 0.3 and ham["recall@10_runs"] == [0.2, 0.4, 0.3]
+    assert ham["recall@10_sd"] == 0.1                      # sample sd of 0.2, 0.4, 0.3
+    assert exp_["recall@10"] == 0.4 and exp_["mAP"] == 0.7 and exp_["recall@100_sd"] == 0.0
+    single = aggregate_runs(runs[:1])
+    assert single[0]["recall@10_sd"] is None and single[0]["repeats"] == 1
+    none_row = aggregate_runs([[{"embedding": "x", "bits": 1, "distance": "l2", "ms_per_query": None}]])
+    assert none_row[0]["ms_per_query"] is None

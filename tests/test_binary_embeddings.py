@@ -93,6 +93,35 @@ def test_alphas_by_hand():
     np.testing.assert_allclose(e.alpha0_sq_, [10.0, 5.0])
 
 
+def test_fit_statistics_re_estimates_the_alphas_on_another_sample():
+    e = _two_bit_lsh()
+    other = np.array([[2.0, -2.0], [4.0, 1.0], [-1.0, 3.0], [-1.0, 5.0]], dtype=np.float32)
+    assert e.fit_statistics(other) is e
+    # bit 0: g = 2, 4 (bit 1), -1, -1 (bit 0); bit 1: g = 1, 3, 5 (bit 1), -2 (bit 0)
+    np.testing.assert_allclose(e.alpha1_, [3.0, 3.0])
+    np.testing.assert_allclose(e.alpha0_, [-1.0, -2.0])
+    np.testing.assert_allclose(e.alpha1_sq_, [10.0, 35.0 / 3])
+    np.testing.assert_allclose(e.alpha0_sq_, [1.0, 4.0])
+    np.testing.assert_array_equal(e.projections_, np.eye(2))  # g itself is unchanged
+    with pytest.raises(ValueError, match="must have 2 columns"):
+        e.fit_statistics(np.zeros((3, 5)))
+    with pytest.raises(NotFittedError):
+        LSH(4).fit_statistics(other)
+
+
+def test_in_sample_pca_alphas_overestimate_the_spread_of_new_data():
+    # seed 000 eq. 22-23 estimated on the PCA's own training set: with few samples in high dimension the
+    # leading sample directions carry more variance in-sample than on new draws of the same distribution
+    rng = np.random.default_rng(0)
+    d, n = 400, 100
+    train, base = rng.standard_normal((n, d)), rng.standard_normal((5000, d))
+    e = PCAE(8).fit(train)
+    spread_train = e.alpha1_ - e.alpha0_
+    e.fit_statistics(base)
+    spread_base = e.alpha1_ - e.alpha0_
+    assert np.all(spread_train > 1.5 * spread_base), (spread_train, spread_base)
+
+
 def test_d_E_and_d_LB_on_a_two_bit_example():
     e = _two_bit_lsh()
     # database: the four codes 00, 10, 01, 11 (bit 0 first)

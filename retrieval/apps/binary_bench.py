@@ -143,3 +143,38 @@ def timed_search(index, queries, k, **kw):
     t = time.perf_counter()
     D, ids = index.search(queries, k, **kw)
     return D, ids, 1000 * (time.perf_counter() - t) / max(1, len(queries))
+
+
+def aggregate_runs(runs, keys=("recall@10", "recall@100", "mAP", "ms_per_query")):
+    """Merge the rows of repeated draws (seed 000 section 4.2: results averaged over draws).
+
+    ``runs`` is a list (one per draw) of lists of rows ``{"embedding", "bits", "distance", <keys>...}``. Rows are
+    matched on (embedding, bits, distance) and kept in the order of the first draw; a row missing from some draw
+    is averaged over the draws that have it. Each output row holds, for every key present: the mean (rounded to
+    4 digits), ``<key>_sd`` (sample standard deviation, ``None`` for a single draw) and ``<key>_runs`` (the
+    per-draw values, in draw order), plus ``"repeats"`` (number of draws averaged).
+    """
+    order, groups = [], {}
+    for rows in runs:
+        for row in rows:
+            key = (row["embedding"], row["bits"], row["distance"])
+            if key not in groups:
+                order.append(key)
+                groups[key] = []
+            groups[key].append(row)
+    out = []
+    for key in order:
+        rows = groups[key]
+        merged = {"embedding": key[0], "bits": key[1], "distance": key[2]}
+        for k in keys:
+            vals = [r[k] for r in rows if r.get(k) is not None]
+            if not vals:
+                if any(k in r for r in rows):
+                    merged[k] = None
+                continue
+            merged[k] = round(float(np.mean(vals)), 4)
+            merged[k + "_sd"] = round(float(np.std(vals, ddof=1)), 4) if len(vals) > 1 else None
+            merged[k + "_runs"] = [round(float(v), 4) for v in vals]
+        merged["repeats"] = len(rows)
+        out.append(merged)
+    return out

@@ -30,7 +30,7 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
-def _binary_rows(train, base, queries, gt, bits, embeddings, distances, seed, mAP_eval=None):
+def _binary_rows(train, base, queries, gt, bits, embeddings, distances, seed, mAP_eval=None, alphas="train"):
     from retrieval.apps.binary_bench import recall, timed_search
     from retrieval.indexing.binary import make_embedding
 
@@ -44,6 +44,8 @@ def _binary_rows(train, base, queries, gt, bits, embeddings, distances, seed, mA
                 logger.warning("%s %d bits skipped: %s", name, b, exc)
                 continue
             emb.add(base)
+            if alphas == "base":
+                emb.fit_statistics(base)
             for dist in distances:
                 _, ids, ms = timed_search(emb, queries, 100, distance=dist)
                 row = {"embedding": name, "bits": b, "distance": dist, "recall@10": recall(ids, gt, 10),
@@ -111,41 +113,24 @@ def _speed_rows(n=1_000_000, nbytes=8, nq=100, k=100, seed=0):
     return out
 
 
-@bench.command("binary")
-@click.option("--data", "data_kind", type=click.Choice(["sift", "fv"]), default="sift", show_default=True,
-              help="RootSIFT descriptors or Fisher vectors of the shared real images.")
-@click.option("--bits", default="32,64,128,256", show_default=True, help="Comma-separated code sizes.")
-@click.option("--embeddings", default=",".join(ALL_EMBEDDINGS), show_default=True,
-              help="Comma-separated subset of LSH,LSBC,SH,PCAE,PCAE-RR,PCAE-ITQ.")
-@click.option("--with-hat", is_flag=True, help="Also report d_E-hat (seed 000 eq. 27).")
-@click.option("--speed", is_flag=True, help="Only the speed comparison (1M codes of 8 bytes, one thread).")
-@click.option("--n-codes", default=1_000_000, show_default=True, help="Database codes of the --speed run.")
-@click.option("--n-base", default=100_000, show_default=True, help="SIFT base vectors.")
-@click.option("--n-query", default=1000, show_default=True, help="Queries.")
-@click.option("--n-crops", default=40, show_default=True, help="Random sub-windows per image (--data fv).")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
-def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, n_crops, seed, as_json):
-    """Recall of the six binary embeddings with Hamming, d_E and d_LB (seed 000), on real data.
+def _warm_up():
+    """Load / compile the scan kernels once, so that the first timed search does not include it."""
+    from retrieval.indexing.binary import LSH
 
-    Rows: {"embedding", "bits", "distance", "recall@10", "recall@100", "ms_per_query"} (+ "mAP" on minibench
-    for --data fv). recall@R: fraction of queries whose exact Euclidean nearest neighbour is in the top R.
-    """
+    rng = np.random.default_rng(0)
+    emb = LSH(16, random_state=0).fit(rng.standard_normal((50, 4)))
+    emb.add(rng.standard_normal((50, 4)))
+    for dist in ("hamming", "expectation"):
+        emb.search(rng.standard_normal((2, 4)), 5, distance=dist)
+
+
+def _binary_draw(data_kind, bench_spec, paths, feats, bits, names, distances, n_base, n_query, n_crops, seed,
+                 alphas="train"):
+    """One draw of the recall (and, for FVs, mAP) measurement: image split, data and projections from ``seed``."""
     from retrieval.apps import binary_bench as bb
 
-    if speed:
-        out = _speed_rows(n=n_codes, seed=seed)
-        click.echo(json.dumps(out, indent=None if as_json else 2))
-        return
-    bits = _int_list(bits)
-    names = [e.strip() for e in embeddings.split(",") if e.strip()]
-    for n in names:
-        if n not in ALL_EMBEDDINGS:
-            raise click.BadParameter(f"unknown embedding {n!r}; choose among {', '.join(ALL_EMBEDDINGS)}")
-    distances = ["hamming", "expectation", "lower_bound"] + (["expectation_hat"] if with_hat else [])
-    bench_spec, paths = bb.minibench_paths()
-    feats = bb.load_features(paths)
     mAP_eval = None
+    full = rankings = None
     if data_kind == "sift":
         train, base, queries = bb.sift_vectors(feats, kind="rootsift", n_base=n_base, n_query=n_query, seed=seed)
     else:
@@ -165,24 +150,76 @@ def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, 
             db.reset()
             db.add(full)
             _, ids = db.search(full[qrows], len(names_db), dist)
-            rankings = {q: [names_db[i] for i in ids[j] if i >= 0] for j, q in enumerate(bench_spec.queries)}
-            return round(score_groups(bench_spec, rankings).mAP, 4)
+            ranks = {q: [names_db[i] for i in ids[j] if i >= 0] for j, q in enumerate(bench_spec.queries)}
+            return round(score_groups(bench_spec, ranks).mAP, 4)
 
         ref = full[qrows] @ full.T
         rankings = {q: [names_db[i] for i in np.argsort(-ref[j], kind="stable")]
                     for j, q in enumerate(bench_spec.queries)}
-        logger.info("uncompressed FV mAP on minibench: %.4f", score_groups(bench_spec, rankings).mAP)
-    logger.info("train %s, base %s, queries %s", train.shape, base.shape, queries.shape)
+        logger.info("draw %d: uncompressed FV mAP on minibench: %.4f", seed,
+                    score_groups(bench_spec, rankings).mAP)
+    logger.info("draw %d: train %s, base %s, queries %s", seed, train.shape, base.shape, queries.shape)
     gt = bb.euclidean_gt(queries, base)
-    rows = _binary_rows(train, base, queries, gt, bits, names, distances, seed, mAP_eval)
+    rows = _binary_rows(train, base, queries, gt, bits, names, distances, seed, mAP_eval, alphas)
     if data_kind == "fv":
         rows.append({"embedding": "none (uncompressed FV, inner product)", "bits": 32 * full.shape[1],
                      "distance": "l2", "recall@10": 1.0, "recall@100": 1.0, "ms_per_query": None,
                      "mAP": round(score_groups(bench_spec, rankings).mAP, 4)})
+    return rows
+
+
+@bench.command("binary")
+@click.option("--data", "data_kind", type=click.Choice(["sift", "fv"]), default="sift", show_default=True,
+              help="RootSIFT descriptors or Fisher vectors of the shared real images.")
+@click.option("--bits", default="32,64,128,256", show_default=True, help="Comma-separated code sizes.")
+@click.option("--embeddings", default=",".join(ALL_EMBEDDINGS), show_default=True,
+              help="Comma-separated subset of LSH,LSBC,SH,PCAE,PCAE-RR,PCAE-ITQ.")
+@click.option("--with-hat", is_flag=True, help="Also report d_E-hat (seed 000 eq. 27).")
+@click.option("--speed", is_flag=True, help="Only the speed comparison (1M codes of 8 bytes, one thread).")
+@click.option("--n-codes", default=1_000_000, show_default=True, help="Database codes of the --speed run.")
+@click.option("--n-base", default=100_000, show_default=True, help="SIFT base vectors.")
+@click.option("--n-query", default=1000, show_default=True, help="Queries (at most; FV queries are the "
+              "sub-windows of the query images).")
+@click.option("--n-crops", default=40, show_default=True, help="Random sub-windows per image (--data fv).")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Draws averaged (seed 000 4.2): draw r uses seed + r for the image split, the sampled "
+                   "vectors / sub-windows / FV model and the random projections.")
+@click.option("--alphas", type=click.Choice(["train", "base"]), default="train", show_default=True,
+              help="Sample the d_E statistics (eq. 22-23, 28-29) are estimated on: the training vectors (the "
+                   "paper's protocol) or the base vectors being indexed (diagnostic).")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, n_crops, repeats, alphas,
+                 seed, as_json):
+    """Recall of the six binary embeddings with Hamming, d_E and d_LB (seed 000), on real data.
+
+    Rows: {"embedding", "bits", "distance", "recall@10", "recall@100", "ms_per_query"} (+ "mAP" on minibench
+    for --data fv), each the mean over --repeats draws, with "<key>_sd" (sample standard deviation over the
+    draws), "<key>_runs" (per-draw values) and "repeats". recall@R: fraction of queries whose exact Euclidean
+    nearest neighbour is in the top R.
+    """
+    from retrieval.apps import binary_bench as bb
+
+    if speed:
+        out = _speed_rows(n=n_codes, seed=seed)
+        click.echo(json.dumps(out, indent=None if as_json else 2))
+        return
+    bits = _int_list(bits)
+    names = [e.strip() for e in embeddings.split(",") if e.strip()]
+    for n in names:
+        if n not in ALL_EMBEDDINGS:
+            raise click.BadParameter(f"unknown embedding {n!r}; choose among {', '.join(ALL_EMBEDDINGS)}")
+    distances = ["hamming", "expectation", "lower_bound"] + (["expectation_hat"] if with_hat else [])
+    bench_spec, paths = bb.minibench_paths()
+    feats = bb.load_features(paths)
+    _warm_up()
+    runs = [_binary_draw(data_kind, bench_spec, paths, feats, bits, names, distances, n_base, n_query, n_crops,
+                         seed + r, alphas) for r in range(repeats)]
+    rows = bb.aggregate_runs(runs)
     if as_json:
         click.echo(json.dumps(rows))
         return
-    keys = list(rows[0]) if rows else []
+    keys = [k for k in rows[0] if not k.endswith("_runs")] if rows else []
     click.echo(" | ".join(keys))
     for r in rows:
         click.echo(" | ".join(str(r.get(k)) for k in keys))

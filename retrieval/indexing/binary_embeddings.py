@@ -132,6 +132,19 @@ class BinaryEmbedding(PersistableMixin):
         self.codes_ = np.zeros((0, self.nbytes), dtype=np.uint8)
         return self
 
+    def fit_statistics(self, X):
+        """Re-estimate alpha_k^b (eq. 22-23) and hat alpha_k^b (eq. 28-29) on another sample ``X`` (n, d),
+        keeping g and the thresholds learnt by ``fit``.
+
+        Eq. 21 defines the alphas as expectations over the distribution p of the database signatures; ``fit``
+        estimates them on its training set (seed 000 section 4.2). When that set is small or not drawn from
+        the database's distribution (e.g. PCA directions fitted to few training vectors, whose in-sample
+        variance exceeds the database's), the vectors being indexed are a better sample of p. Returns self.
+        """
+        check_is_fitted(self, "thresholds_")
+        self._fit_alphas(check_array(X, "X", n_features=self.d_, min_rows=1))
+        return self
+
     def _fit_alphas(self, X, batch: int = 65536):
         """alpha_k^b (eq. 22-23) and hat alpha_k^b (eq. 28-29) on the training set."""
         s = np.zeros((2, self.nbits))
