@@ -328,11 +328,13 @@ class GlobalBackend(Backend):
         elif agg["method"] == "vlad":
             model = A.VLAD(n_clusters=K, alpha=float(agg.get("alpha", 0.5)), random_state=seed)
         elif agg["method"] == "bow":
-            # VLFeat's k-means++ seeding costs O(n K d) serially (447 s for K = 20,000 on 223k descriptors,
-            # docs/results.md issue 8): large vocabularies are seeded by a random selection of training points
-            kmeans = {"init": "randsel"} if K > 1000 else None
-            model = A.BoW(n_clusters=K, alpha=float(agg.get("alpha", 1.0)), idf=bool(agg.get("idf", True)),
-                          norm="l2", kmeans_params=kmeans, random_state=seed)
+            params = dict(alpha=float(agg.get("alpha", 1.0)), idf=bool(agg.get("idf", True)), norm="l2",
+                          random_state=seed)
+            if K > 1000:  # VLFeat's k-means: 447 s for 3 iterations at K = 20,000 (docs/differences.md, issue 8)
+                from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+
+                return A.BoW.from_vocabulary(ApproximateKMeans(K, random_state=seed).fit(X), **params)
+            model = A.BoW(n_clusters=K, **params)
         else:
             raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be one of "
                              f"{', '.join(AGGREGATION_METHODS)}; got {agg['method']!r}.")

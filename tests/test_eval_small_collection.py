@@ -5,6 +5,7 @@ model, the index info and the `eval run` report (rule in docs/user-guide.md, "Sm
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 from click.testing import CliRunner
@@ -29,7 +30,8 @@ def run(tmp_path, preset, *sets):
 
 def reduction_warnings(stderr, param):
     """The CLI's log lines (``WARNING <logger>: preset 'NAME': PARAM = ... reduced to ...``) about ``param``."""
-    return [line for line in stderr.splitlines() if line.startswith("WARNING") and f": {param} = " in line]
+    # a log line may follow a progress bar's last redraw on the same terminal line
+    return re.findall(rf"WARNING \S+: preset '[^']+': {re.escape(param)} = [^\n]*", stderr)
 
 
 def test_adc_preset_on_14_images_runs_warns_and_records(tmp_path, monkeypatch):
@@ -106,3 +108,19 @@ def test_reductions_follow_the_rule_on_synthetic_vectors():
     assert (b.ivf.nlist, b.ivf.M, b.ivf.nbits) == (4, 8, 8)
     b = fit(2000, 64, nlist=32, nprobe=4, M=8, nbits=8)
     assert b.effective == {}
+
+
+def test_bow200k_on_14_images_reduces_the_vocabulary(tmp_path, monkeypatch):
+    """200,000 words from ~10^4 descriptors: the vocabulary is cut to one word per 10 descriptors (approximate
+    k-means above 1,000 words); the run completes and records it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    report, stderr = run(tmp_path, "paper-002-bow200k", "features.max_side=640")
+    eff = report["effective_parameters"]
+    k = eff["aggregation.n_components"]
+    n_desc = int(k["reason"].split()[0])
+    assert k["preset"] == 200000 and k["used"] == n_desc // 10 > 1000
+    assert set(eff) == {"aggregation.n_components"}  # the preset has no projection (Table II, raw)
+    assert len(reduction_warnings(stderr, "aggregation.n_components")) == 1
+    assert len(report["per_query"]) == 4 and 0.0 <= report["mAP"] <= 1.0
+    # one dense float32 vector of `used` dimensions per image in the index state
+    assert report["bytes_per_image"] >= 4 * k["used"]
