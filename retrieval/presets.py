@@ -123,12 +123,13 @@ def record_reduction(effective: dict, preset_name: str, param: str, preset_value
     The small-collection rule (docs/user-guide.md, "Small collections"): a preset meant for large collections is
     applied to a small one with every data-bound parameter reduced to what the training data supports (PQ bits,
     IVF lists, vocabulary size, projection, binary code length) instead of refusing; each reduction is one
-    ``WARNING`` naming the parameter, the value used and why, and is recorded as
+    ``WARNING`` naming the parameter, the value used (``None``: the stage is dropped) and why, and is recorded as
     ``effective[param] = {"preset": preset_value, "used": used, "reason": reason}`` (saved in the model's
     ``model.json``, the index's ``info()`` and the ``eval run`` report).
     """
     effective[param] = {"preset": preset_value, "used": used, "reason": reason}
-    logger.warning("preset %r: %s = %s reduced to %s: %s", preset_name, param, preset_value, used, reason)
+    logger.warning("preset %r: %s = %s %s: %s", preset_name, param, preset_value,
+                   "dropped" if used is None else f"reduced to {used}", reason)
 
 
 def vocabulary_cap(preset: dict, n_descriptors: int) -> int:

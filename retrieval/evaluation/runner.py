@@ -167,7 +167,8 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         n_indexed = info["indexed"]
         effective = dict((info.get("model") or {}).get("effective") or {})
         for param, e in effective.items():  # already logged once by the backend when it trained
-            warnings.append(f"preset parameter {param} = {e['preset']} reduced to {e['used']}: {e['reason']}")
+            used = "dropped" if e["used"] is None else f"reduced to {e['used']}"
+            warnings.append(f"preset parameter {param} = {e['preset']} {used}: {e['reason']}")
 
         # 3. queries
         n_db = len(dataset.database)
