@@ -49,6 +49,13 @@ def test_adc_preset_on_14_images_runs_warns_and_records(tmp_path, monkeypatch):
     assert any("index.nbits = 8 reduced to 3" in w for w in report["warnings"])
     assert len(report["per_query"]) == 4 and 0.0 <= report["mAP"] <= 1.0
     assert report["indexed"] == 14
+    # without --json the summary names the reduced parameters (index and features reused)
+    spec = tmp_path / "bench" / "spec.json"
+    res = CliRunner().invoke(main, ["eval", "run", "groups", "--spec", str(spec), "--preset", "paper-002-vlad16-adc16x8",
+                                    "--work", str(tmp_path / "work"), "--set", "features.max_side=480"])
+    assert res.exit_code == 0, res.output
+    assert "reduced for this collection: " in res.stdout and "index.nbits 8 -> 3" in res.stdout
+    assert "projection.n_components 128 -> dropped" in res.stdout
     # the index really uses the reduced quantiser, and says so
     folder = tmp_path / "work" / report["index_folder"].split("/")[-1]
     model = json.loads((folder / "model" / "model.json").read_text())

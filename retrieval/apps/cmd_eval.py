@@ -212,5 +212,9 @@ def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, wor
     click.echo(f"  {report['indexed']} images, {report['queries']} queries, {report['bytes_per_image']:.0f} bytes/image, "
                f"extraction {report['extraction_seconds_per_image']:.3f} s/image, "
                f"query {1000 * report['query_seconds_mean']:.1f} ms")
+    eff = report.get("effective_parameters") or {}
+    if eff:  # preset parameters reduced to fit a small training set (docs/user-guide.md, "Small collections")
+        click.echo("  reduced for this collection: " + ", ".join(
+            f"{p} {e['preset']} -> {'dropped' if e['used'] is None else e['used']}" for p, e in eff.items()))
     if out:
         click.echo(f"  report: {Path(out) / 'report.json'}")
