@@ -22,155 +22,15 @@ import math
 import numbers
 
 import numpy as np
-from numba import njit, prange
 
 from retrieval._checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.aggregation._akm_kernels import accumulate as _accumulate
+from retrieval.aggregation._akm_kernels import ivf_knn as _ivf_knn
 from retrieval.persistence import PersistableMixin
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ApproximateKMeans", "exact_nearest"]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# kernels
-
-
-@njit(inline="always")
-def _insert(dist, idx, d, i):
-    """Insert (d, i) into the ascending arrays (dist, idx); the caller checked that it beats the last entry."""
-    j = dist.shape[0] - 1
-    while j > 0 and dist[j - 1] > d:
-        dist[j] = dist[j - 1]
-        idx[j] = idx[j - 1]
-        j -= 1
-    dist[j] = d
-    idx[j] = i
-
-
-@njit(fastmath=True, inline="always")
-def _dots_into(Xr, i, blk, start, n, nrm, a, buf):
-    """buf[j] = nrm[a + j] - 2 <Xr[i], word a + j> for j < n, the n words being stored transposed in
-    ``blk[start + t * n + j]`` (dimension-major inside their cell): the loop runs along contiguous words and LLVM
-    vectorises it without horizontal sums."""
-    dr = Xr.shape[1]
-    b = buf[:n]
-    nn = nrm[a:a + n]
-    for j in range(n):
-        b[j] = nn[j]
-    for t in range(dr):
-        x2 = np.float32(-2.0) * Xr[i, t]
-        row = blk[start + t * n: start + (t + 1) * n]      # slices: LLVM then proves the bounds and vectorises
-        for j in range(n):
-            b[j] += x2 * row[j]
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def _probe(Xr, coarse_rT, coarse_nrm, nprobe, probes):
-    """probes[i] = the nprobe nearest cells of row i in the PCA space (stage 1)."""
-    n = Xr.shape[0]
-    C = coarse_rT.shape[0] // Xr.shape[1]
-    for i in prange(n):
-        buf = np.empty(C, dtype=np.float32)
-        pd = np.full(nprobe, np.inf, dtype=np.float32)
-        pc = np.full(nprobe, -1, dtype=np.int64)
-        _dots_into(Xr, i, coarse_rT, 0, C, coarse_nrm, 0, buf)
-        for c in range(C):
-            if buf[c] < pd[nprobe - 1]:
-                _insert(pd, pc, buf[c], c)
-        for a in range(nprobe):
-            probes[i, a] = pc[a]
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def _scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots, cand_d, cand_w):
-    """Stage 2, cell by cell: the words of a cell are read once for all the rows that probe it (the block stays
-    in cache); row i's best words of its a-th probed cell go to cand_*[i, a, :] (one writer per slot)."""
-    C = cell_indptr.shape[0] - 1
-    dr = Xr.shape[1]
-    n_cand = cand_d.shape[2]
-    max_cell = 0
-    for c in range(C):
-        max_cell = max(max_cell, cell_indptr[c + 1] - cell_indptr[c])
-    for c in prange(C):
-        lo = cell_indptr[c]
-        hi = cell_indptr[c + 1]
-        if hi == lo or q_indptr[c + 1] == q_indptr[c]:
-            continue
-        buf = np.empty(max_cell, dtype=np.float32)
-        cd = np.empty(n_cand, dtype=np.float32)
-        cw = np.empty(n_cand, dtype=np.int64)
-        for p in range(q_indptr[c], q_indptr[c + 1]):
-            i = q_rows[p]
-            cd[:] = np.inf
-            cw[:] = -1
-            _dots_into(Xr, i, words_blk, lo * dr, hi - lo, words_nrm, lo, buf)
-            for w in range(lo, hi):
-                if buf[w - lo] < cd[n_cand - 1]:
-                    _insert(cd, cw, buf[w - lo], w)
-            a = q_slots[p]
-            for b in range(n_cand):
-                cand_d[i, a, b] = cd[b]
-                cand_w[i, a, b] = cw[b]
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def _rerank(X, words, cand_d, cand_w, m, out_w, out_d):
-    """Stage 3: merge the candidates of all probed cells, keep the n_cand best (PCA distance), re-rank them
-    with the full-dimensional distance and keep the m best."""
-    n, nprobe, n_cand = cand_d.shape
-    d = X.shape[1]
-    for i in prange(n):
-        cd = np.full(n_cand, np.inf, dtype=np.float32)
-        cw = np.full(n_cand, -1, dtype=np.int64)
-        for a in range(nprobe):
-            for b in range(n_cand):
-                w = cand_w[i, a, b]
-                if w >= 0 and cand_d[i, a, b] < cd[n_cand - 1]:
-                    _insert(cd, cw, cand_d[i, a, b], w)
-        ed = np.full(m, np.inf, dtype=np.float32)
-        ew = np.full(m, -1, dtype=np.int64)
-        for b in range(n_cand):
-            w = cw[b]
-            if w < 0:
-                continue
-            s = np.float32(0.0)
-            for t in range(d):
-                diff = X[i, t] - words[w, t]
-                s += diff * diff
-            if s < ed[m - 1]:
-                _insert(ed, ew, s, w)
-        for b in range(m):
-            out_w[i, b] = ew[b]
-            out_d[i, b] = ed[b]
-
-
-def _ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, words, nprobe, n_cand, m,
-             out_w, out_d):
-    """For each row of X: nprobe nearest cells (PCA space), n_cand best words there (PCA space), m best exact."""
-    n = X.shape[0]
-    C = cell_indptr.shape[0] - 1
-    probes = np.empty((n, nprobe), dtype=np.int64)
-    _probe(Xr, coarse_rT, coarse_nrm, nprobe, probes)
-    flat = probes.ravel()
-    order = np.argsort(flat, kind="stable")
-    q_indptr = np.zeros(C + 1, dtype=np.int64)
-    np.cumsum(np.bincount(flat, minlength=C), out=q_indptr[1:])
-    q_rows = (order // nprobe).astype(np.int64)
-    q_slots = (order % nprobe).astype(np.int64)
-    cand_d = np.full((n, nprobe, n_cand), np.inf, dtype=np.float32)
-    cand_w = np.full((n, nprobe, n_cand), -1, dtype=np.int64)
-    _scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots, cand_d, cand_w)
-    _rerank(X, words, cand_d, cand_w, m, out_w, out_d)
-
-
-@njit(cache=True)
-def _accumulate(X, labels, sums, counts):
-    for i in range(X.shape[0]):
-        w = labels[i]
-        counts[w] += 1
-        for t in range(X.shape[1]):
-            sums[w, t] += X[i, t]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -254,7 +114,7 @@ class _Structure:
             blk[lo * words_r.shape[1]: hi * words_r.shape[1]] = words_r[lo:hi].T.ravel()
         self.words_blk = blk
         self.words_nrm = _sqnorms(words_r)
-        self.coarse_rT = np.ascontiguousarray(coarse_r.T).ravel()
+        self.coarse_rT = np.ascontiguousarray(coarse_r.T)
         self.coarse_nrm = _sqnorms(coarse_r)
 
     def knn(self, X, nprobe, n_cand, m, batch_size=32768):
