@@ -202,6 +202,28 @@ def test_each_embedding_asymmetric_recall_at_least_hamming(name):
     assert rec["hamming"] > 0.05, rec  # better than chance (50 / 3900)
 
 
+@pytest.mark.parametrize("name", list(EMBEDDINGS))
+def test_search_distances_equal_eq_21_to_33_computed_directly(name):
+    # end to end: alphas as class-conditional means of g over the training set (eq. 22-23), then d_E (eq. 21)
+    # and d_LB (eq. 30) for every (query, database) pair, against the library's table-driven search
+    train, base, queries = _synthetic(7, d=16, n=2600)
+    base, queries = base[:400], queries[:20]
+    e = make_embedding(name, 12, random_state=0).fit(train)
+    e.add(base)
+    t = e.thresholds_.astype(np.float64)
+    Gt, Gb, Gq = (e.project(X).astype(np.float64) for X in (train, base, queries))
+    Bt, Bb, Bq = Gt >= t, Gb >= t, Gq >= t
+    a1 = np.array([Gt[Bt[:, k], k].mean() if Bt[:, k].any() else t[k] for k in range(12)])
+    a0 = np.array([Gt[~Bt[:, k], k].mean() if (~Bt[:, k]).any() else t[k] for k in range(12)])
+    A = np.where(Bb, a1, a0)                                                  # (n, nbits)
+    d_E = ((Gq[:, None, :] - A[None]) ** 2).sum(-1)
+    d_LB = ((Bq[:, None, :] != Bb[None]) * (Gq[:, None, :] - t) ** 2).sum(-1)
+    for dist, full in (("expectation", d_E), ("lower_bound", d_LB)):
+        D, ids = e.search(queries, 400, dist)
+        np.testing.assert_allclose(D, np.sort(full, axis=1), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.take_along_axis(full, ids, 1), D, rtol=1e-4, atol=1e-5)
+
+
 def test_itq_reduces_the_quantisation_loss_of_its_random_start():
     train, _, _ = _synthetic(1)
     itq = PCAEITQ(16, n_iter=50, random_state=0).fit(train)

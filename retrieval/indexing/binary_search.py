@@ -242,8 +242,9 @@ def byte_tables(cost0: np.ndarray, cost1: np.ndarray) -> np.ndarray:
     pad = nbytes * 8 - nbits
     c0 = np.pad(cost0, ((0, 0), (0, pad))).reshape(nq, nbytes, 8)
     c1 = np.pad(cost1, ((0, 0), (0, pad))).reshape(nq, nbytes, 8)
-    # table[q, b, v] = sum_j c0[q,b,j] + bit_j(v) * (c1 - c0)[q,b,j]
-    tables = np.einsum("vj,qbj->qbv", _BYTE_BITS, c1 - c0) + c0.sum(axis=2)[:, :, None]
+    # table[q, b, v] = sum_j [bit_j(v) = 1] c1[q,b,j] + [bit_j(v) = 0] c0[q,b,j]: a sum of the selected
+    # costs only (no c0 + (c1 - c0) cancellation, so a zero d_LB stays exactly 0)
+    tables = np.einsum("vj,qbj->qbv", _BYTE_BITS, c1) + np.einsum("vj,qbj->qbv", 1.0 - _BYTE_BITS, c0)
     return np.ascontiguousarray(tables, dtype=np.float32)
 
 
