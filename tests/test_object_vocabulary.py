@@ -81,3 +81,18 @@ def test_from_centers_and_errors(data):
         ApproximateKMeans(10, nprobe=0).fit(X)
     with pytest.raises(ValueError, match="columns"):
         v.predict(Xq[:, :5])
+
+
+@pytest.mark.parametrize("n_rows", [1, 3, 40])
+def test_exhaustive_probe_is_exact_for_small_and_large_cell_groups(data, n_rows):
+    """Few rows per cell take the vectorised-loop product, many rows the BLAS one; both must be exact when every
+    cell is probed: with all 24 PCA dimensions the candidate scores are exact (a rotation), so the 8 candidates
+    kept through the per-row bound of the nearest cell and the merge must hold the true 4 nearest words."""
+    X, Xq = data
+    v = ApproximateKMeans.from_centers(X[:400], n_coarse=12, nprobe=12, n_candidates=8, n_components=24,
+                                       random_state=0)
+    q = Xq[:n_rows]
+    full = ((q[:, None, :] - v.cluster_centers_[None]) ** 2).sum(-1)
+    d, w = v.kneighbors(q, 4)
+    np.testing.assert_array_equal(w, np.argsort(full, axis=1, kind="stable")[:, :4])
+    np.testing.assert_allclose(d, np.sort(full, axis=1)[:, :4], rtol=1e-4, atol=1e-4)

@@ -125,9 +125,23 @@ class _Structure:
         for a in range(0, n, batch_size):
             xb = np.ascontiguousarray(X[a:a + batch_size])
             xr = np.ascontiguousarray((xb - self.mean) @ self.components)
-            _ivf_knn(xb, xr, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_blk, self.words_nrm,
-                     self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size], out_d[a:a + batch_size])
+            with _single_threaded_blas():        # the kernels call sgemm from their own numba threads
+                _ivf_knn(xb, xr, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_blk,
+                         self.words_nrm, self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size],
+                         out_d[a:a + batch_size])
         return out_w, out_d
+
+
+_BLAS_CONTROLLER = []
+
+
+def _single_threaded_blas():
+    """Context limiting BLAS to one thread (threadpoolctl; the controller is created once, ~10 us per use)."""
+    if not _BLAS_CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_CONTROLLER.append(ThreadpoolController())
+    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 def _build_structure(words, n_coarse, n_components, rng, coarse_iter=8, max_train=65536):
