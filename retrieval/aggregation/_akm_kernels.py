@@ -145,19 +145,23 @@ def scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots,
                 v = nrm[j] - np.float32(2.0) * g[j]
                 buf[j] = v
                 low = min(low, v)
+            thr = np.float32(np.inf) if first else bound[i]
+            if not low < thr:                        # most far cells stop here: no word beats the bound
+                cand_w[i, a, 0] = -1
+                continue
             cd[:] = np.inf
             cw[:] = -1
-            thr = np.float32(np.inf) if first else bound[i]
-            if low < thr:                            # most far cells stop here: no word beats the bound
-                for j in range(hi - lo):
-                    if buf[j] < thr:
-                        _insert(cd, cw, buf[j], lo + j)
-                        thr = min(thr, cd[n_cand - 1])
+            for j in range(hi - lo):
+                if buf[j] < thr:
+                    _insert(cd, cw, buf[j], lo + j)
+                    thr = min(thr, cd[n_cand - 1])
             if first:
                 bound[i] = cd[n_cand - 1]
-            for b in range(n_cand):
+            for b in range(n_cand):                  # the list ends at the first -1 (read by rerank)
                 cand_d[i, a, b] = cd[b]
                 cand_w[i, a, b] = cw[b]
+                if cw[b] < 0:
+                    break
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -210,8 +214,9 @@ def ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, wor
     probes = np.empty((n, nprobe), dtype=np.int64)
     probe_cells(Xr, coarse_rT, coarse_nrm, nprobe, probes)
     q_indptr, q_rows, q_slots = group_by_cell(probes, C)
-    cand_d = np.full((n, nprobe, n_cand), np.inf, dtype=np.float32)
-    cand_w = np.full((n, nprobe, n_cand), -1, dtype=np.int64)
+    cand_d = np.empty((n, nprobe, n_cand), dtype=np.float32)     # each (row, slot) list ends at w = -1
+    cand_w = np.empty((n, nprobe, n_cand), dtype=np.int64)
+    cand_w[:, :, 0] = -1                                          # slots of empty cells are never written
     bound = np.full(n, np.inf, dtype=np.float32)
     scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots, True, bound, cand_d, cand_w)
     if nprobe > 1:
