@@ -13,7 +13,7 @@ from numba import njit, prange
 
 _ROW_BLOCK = 64     # rows per probe block: a (64, n_coarse) float32 score block stays in L2
 _GEMM_MIN_ROWS = 4        # fewer rows in a cell: a vectorised loop instead of the BLAS call
-_FM = {"nsz", "arcp", "contract", "afn", "reassoc"}   # fast math without "ninf": the top-k lists start at +inf
+_FM = {"nnan", "nsz", "arcp", "contract", "afn", "reassoc"}   # fast math without "ninf": top-k lists start at +inf
 
 
 @njit(inline="always")
@@ -135,16 +135,13 @@ def scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots,
         nrm = words_nrm[lo:hi]
         cd = np.empty(n_cand, dtype=np.float32)
         cw = np.empty(n_cand, dtype=np.int64)
-        buf = np.empty(hi - lo, dtype=np.float32)
         for r in range(m):
             i = q_rows[sel[r]]
             a = q_slots[sel[r]]
             g = G[r]
             low = np.float32(np.inf)
-            for j in range(hi - lo):                 # vectorised, with a min reduction
-                v = nrm[j] - np.float32(2.0) * g[j]
-                buf[j] = v
-                low = min(low, v)
+            for j in range(hi - lo):                 # vectorised min reduction (needs "nnan")
+                low = min(low, nrm[j] - np.float32(2.0) * g[j])
             thr = np.float32(np.inf) if first else bound[i]
             if not low < thr:                        # most far cells stop here: no word beats the bound
                 cand_w[i, a, 0] = -1
@@ -152,8 +149,9 @@ def scan_cells(Xr, cell_indptr, words_blk, words_nrm, q_indptr, q_rows, q_slots,
             cd[:] = np.inf
             cw[:] = -1
             for j in range(hi - lo):
-                if buf[j] < thr:
-                    _insert(cd, cw, buf[j], lo + j)
+                v = nrm[j] - np.float32(2.0) * g[j]
+                if v < thr:
+                    _insert(cd, cw, v, lo + j)
                     thr = min(thr, cd[n_cand - 1])
             if first:
                 bound[i] = cd[n_cand - 1]

@@ -198,7 +198,7 @@ class ApproximateKMeans(PersistableMixin):
     """
 
     def __init__(self, n_clusters: int = 100_000, *, n_iter: int = 10, n_coarse: int | None = None,
-                 nprobe: int = 8, n_components: int = 32, n_candidates: int = 16, random_state=None):
+                 nprobe: int = 8, n_components: int = 64, n_candidates: int = 16, random_state=None):
         self.n_clusters = n_clusters
         self.n_iter = n_iter
         self.n_coarse = n_coarse
@@ -266,7 +266,7 @@ class ApproximateKMeans(PersistableMixin):
                                      self.components_, self.mean_)
 
     @classmethod
-    def from_centers(cls, centers, *, n_coarse=None, nprobe=8, n_components=32, n_candidates=16,
+    def from_centers(cls, centers, *, n_coarse=None, nprobe=8, n_components=64, n_candidates=16,
                      random_state=None) -> ApproximateKMeans:
         """Build only the assignment structure over given words (e.g. a vocabulary trained elsewhere).
 

@@ -28,7 +28,7 @@ def _timed(fn, repeats):
     return 1000 * float(np.median(ts)), out
 
 
-def assignment_curve(W, held, *, nprobes=(4, 8, 16, 24, 32), n_coarse=None, n_components=32, n_candidates=16,
+def assignment_curve(W, held, *, nprobes=(4, 8, 16, 24, 32), n_coarse=None, n_components=64, n_candidates=16,
                      threads=2, faiss_methods=("ivf",), hnsw_m=32, efs=(16, 32, 64, 128), repeats=5, seed=0):
     """Time and agreement of ``ApproximateKMeans.predict`` (several nprobe) and of faiss references.
 

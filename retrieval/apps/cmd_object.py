@@ -85,7 +85,7 @@ def bench_invfile(n_images, words_per_image, n_words, query_words, zipf_s, n_que
 @click.option("--nprobe", default=8, show_default=True, help="Cells probed during training.")
 @click.option("--nprobes", default="4,8,16,24,32", show_default=True, help="Cells probed in the assignment curve.")
 @click.option("--n-coarse", default=None, type=int, help="Cells of the assignment structure (default: the library's).")
-@click.option("--n-components", default=32, show_default=True, help="PCA dimensions of the candidate scan.")
+@click.option("--n-components", default=64, show_default=True, help="PCA dimensions of the candidate scan.")
 @click.option("--n-candidates", default=16, show_default=True, help="Candidates re-ranked exactly.")
 @click.option("--threads", default=2, show_default=True, help="numba and faiss threads.")
 @click.option("--faiss", "faiss_methods", default="ivf", show_default=True,
