@@ -204,13 +204,14 @@ def accumulate(X, labels, sums, counts):
             sums[w, t] += X[i, t]
 
 
-def ivf_knn(X, Xr, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, words, nprobe, n_cand, m,
+def ivf_knn(X, Xr, Xp, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, words, nprobe, n_cand, m,
             out_w, out_d):
-    """For each row of X: nprobe nearest cells (PCA space), n_cand best words there (PCA space), m best exact."""
+    """For each row of X (n, d): nprobe nearest cells (ranked with Xp (n, dp), the first PCA coordinates), the
+    n_cand best words there (ranked with Xr (n, dr)), the m best of those by the exact distance."""
     n = X.shape[0]
     C = cell_indptr.shape[0] - 1
     probes = np.empty((n, nprobe), dtype=np.int64)
-    probe_cells(Xr, coarse_rT, coarse_nrm, nprobe, probes)
+    probe_cells(Xp, coarse_rT, coarse_nrm, nprobe, probes)
     q_indptr, q_rows, q_slots = group_by_cell(probes, C)
     cand_d = np.empty((n, nprobe, n_cand), dtype=np.float32)     # each (row, slot) list ends at w = -1
     cand_w = np.empty((n, nprobe, n_cand), dtype=np.int64)
