@@ -160,3 +160,88 @@ def bench_akm(descriptors, train_words, train_descriptors, n_iter, assign_words,
         for row in r.get("faiss", {}).get("hnsw_flat", []):
             click.echo(f"  faiss HNSW{r['faiss']['hnsw_M']} efSearch {row['efSearch']:3d}: {row['ms']:7.1f} ms, "
                        f"agreement {row['agreement_exact']:.3f}")
+
+
+@train.command("akm")
+@click.argument("descriptors", type=click.Path(exists=True, dir_okay=False))
+@click.option("--words", "n_words", required=True, type=int, help="Vocabulary size.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Output .npz.")
+@click.option("--n-iter", default=10, show_default=True)
+@click.option("--nprobe", default=8, show_default=True)
+@click.option("--max-descriptors", default=1_000_000, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
+    """Train a large vocabulary (approximate k-means) on a float32 .npy of descriptors (n, d)."""
+    import numpy as np
+
+    from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+
+    X = np.load(descriptors, mmap_mode="r", allow_pickle=False)
+    if X.ndim != 2:
+        raise ValueError(f"{descriptors}: expected a 2-d array (n, d); got shape {X.shape}.")
+    rng = np.random.default_rng(seed)
+    if X.shape[0] > max_descriptors:
+        X = X[np.sort(rng.choice(X.shape[0], max_descriptors, replace=False))]
+    v = ApproximateKMeans(n_words, n_iter=n_iter, nprobe=nprobe, random_state=seed).fit(np.asarray(X, np.float32))
+    path = v.save(out)
+    click.echo(f"{path}: {n_words} words, inertia {v.inertia_:.5f}")
+
+
+@bench.command("object")
+@click.option("--data", "data_root", default="../shared/data", show_default=True,
+              type=click.Path(exists=True, file_okay=False), help="The shared data folder.")
+@click.option("--feature-store", default=".cache/object-features", show_default=True,
+              help="Feature cache folder (hesaff, default parameters).")
+@click.option("--words", "n_words", default=20000, show_default=True, help="Vocabulary size.")
+@click.option("--assignment", type=click.Choice(["hard", "soft"]), default="hard", show_default=True)
+@click.option("--methods", default="l1,delta1", show_default=True)
+@click.option("--reranks", default="none,exact,spatial", show_default=True)
+@click.option("--alpha", default=0.5, show_default=True, help="alpha_1 / alpha_2 for the method table.")
+@click.option("--alphas", default="0.05,0.1,0.2,0.3,0.5,0.7,1,1.5,2,5", show_default=True,
+              help="alpha_1 sweep (delta1, no re-ranking); empty to skip.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def bench_object(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, seed, as_json):
+    """Box queries (16 homogr pairs + box/box_in_scene) among all shared images: top-1 and box IoU rates.
+
+    The vocabulary is learnt on the database images themselves (the Oxford105K protocol of seed 003).
+    Run it under `flock /tmp/retrieval-heavy.lock` (feature extraction on first run, vocabulary training).
+    """
+    from retrieval.features import FeatureExtractor
+    from retrieval.features.store import FeatureStore
+    from retrieval.object_eval import box_queries, evaluate, shared_images
+
+    ex = FeatureExtractor("hesaff")
+    store = FeatureStore(feature_store)
+    paths = shared_images(data_root)
+    feats = {p: store.get_or_extract(p, ex) for p in paths}
+    queries = box_queries(data_root)
+    reranks = tuple(r for r in reranks.split(",") if r)
+    skipped = []
+    try:
+        from retrieval.features.verification import verify_affine  # noqa: F401
+        have_verify = True
+    except ImportError:
+        have_verify = False
+    if "spatial" in reranks and not have_verify:
+        reranks = tuple(r for r in reranks if r != "spatial")
+        skipped.append("spatial (retrieval.features.verify_affine not available)")
+    t0 = time.perf_counter()
+    res = evaluate(feats, queries, n_words=n_words, methods=tuple(m for m in methods.split(",") if m),
+                   reranks=reranks, alpha=alpha, alphas=[float(a) for a in alphas.split(",") if a],
+                   assignment=assignment, random_state=seed)
+    res.pop("searcher")
+    res["seconds"] = time.perf_counter() - t0
+    res["skipped"] = skipped
+    res["queries"] = [q["name"] for q in queries]
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(f"{len(queries)} box queries among {res['n_images']} images, {n_words} words ({assignment})")
+    for c in res["configs"]:
+        click.echo(f"  {c['method']:7s} rerank={c['rerank']:8s} top1 {c['top1']:.3f}  box IoU>=0.5 "
+                   f"{c['box_iou50_top1']:.3f}  mAP {c['mAP']:.3f}")
+    for s in res["alpha_sweep"]:
+        click.echo(f"  delta1 alpha={s['alpha']:<5g} top1 {s['top1']:.3f}  mAP {s['mAP']:.3f}")
+    for s in skipped:
+        click.echo(f"  skipped: {s}")
