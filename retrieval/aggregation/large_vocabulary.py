@@ -128,11 +128,13 @@ class _Structure:
         out_w = np.empty((n, m), dtype=np.int64)
         out_d = np.empty((n, m), dtype=np.float32)
         nprobe = min(nprobe, self.coarse.shape[0])
-        for a in range(0, n, batch_size):
-            xb = np.ascontiguousarray(X[a:a + batch_size])
-            xr = np.ascontiguousarray((xb - self.mean) @ self.components)
-            xp = np.ascontiguousarray(xr[:, :self.probe_dims])
-            with _single_threaded_blas():        # the kernels call sgemm from their own numba threads
+        # one BLAS thread throughout: the kernels call sgemm from their own numba threads, and idle OpenBLAS
+        # threads left spinning by a multi-threaded projection would compete with them
+        with _single_threaded_blas():
+            for a in range(0, n, batch_size):
+                xb = np.ascontiguousarray(X[a:a + batch_size])
+                xr = np.ascontiguousarray((xb - self.mean) @ self.components)
+                xp = np.ascontiguousarray(xr[:, :self.probe_dims])
                 _ivf_knn(xb, xr, xp, self.coarse_rT, self.coarse_nrm, self.cell_indptr, self.words_blk,
                          self.words_nrm, self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size],
                          out_d[a:a + batch_size])
