@@ -55,3 +55,20 @@ def test_aggregate_runs_averages_matching_rows_over_draws():
     assert single[0]["recall@10_sd"] is None and single[0]["repeats"] == 1
     none_row = aggregate_runs([[{"embedding": "x", "bits": 1, "distance": "l2", "ms_per_query": None}]])
     assert none_row[0]["ms_per_query"] is None
+
+
+def test_alpha_diagnostics_by_hand():
+    import numpy as np
+
+    from retrieval.apps.binary_bench import alpha_diagnostics
+    from retrieval.indexing.binary import LSH
+
+    train = np.array([[1.0, 1.0], [3.0, -1.0], [-2.0, 2.0], [-4.0, -3.0]], dtype=np.float32)
+    e = LSH(2, center=False, random_state=0).fit(train)
+    e.projections_ = np.eye(2, dtype=np.float32)
+    e.fit_statistics(train)          # alpha^1 = (2, 1.5), alpha^0 = (-3, -2): spreads 5 and 3.5
+    base = train / 2                 # variances divided by 4
+    d = alpha_diagnostics(e, train, base)
+    assert d["var_ratio"] == 4.0
+    assert d["alpha_spread_ratio"] == round(5 / 3.5, 3)
+    assert d["alpha_asymmetry"] == round(float(np.median([1 / 5, 0.5 / 3.5])), 3)

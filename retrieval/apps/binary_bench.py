@@ -145,7 +145,26 @@ def timed_search(index, queries, k, **kw):
     return D, ids, 1000 * (time.perf_counter() - t) / max(1, len(queries))
 
 
-def aggregate_runs(runs, keys=("recall@10", "recall@100", "mAP", "ms_per_query")):
+def alpha_diagnostics(emb, train, base):
+    """How well the training set stands for the base in the d_E statistics of a fitted embedding.
+
+    Returns a dict: ``"var_ratio"`` — median over bits of var(g_k on train) / var(g_k on base);
+    ``"alpha_spread_ratio"`` — max / min over bits of alpha_k^1 - alpha_k^0 (eq. 22-23: the weight d_E gives
+    bit k); ``"alpha_asymmetry"`` — median over bits of |alpha_k^1 + alpha_k^0 - 2 t_k| / (alpha_k^1 - alpha_k^0)
+    (0 when the two alphas sit symmetrically around the threshold).
+    """
+    vt = emb.project(train).astype(np.float64).var(axis=0)
+    vb = emb.project(base).astype(np.float64).var(axis=0)
+    a0, a1 = emb.alpha0_.astype(np.float64), emb.alpha1_.astype(np.float64)
+    spread = np.maximum(a1 - a0, 1e-12)
+    t = emb.thresholds_.astype(np.float64)
+    return {"var_ratio": round(float(np.median(vt / np.maximum(vb, 1e-12))), 3),
+            "alpha_spread_ratio": round(float(spread.max() / spread.min()), 3),
+            "alpha_asymmetry": round(float(np.median(np.abs(a1 + a0 - 2 * t) / spread)), 3)}
+
+
+def aggregate_runs(runs, keys=("recall@10", "recall@100", "mAP", "ms_per_query", "var_ratio",
+                               "alpha_spread_ratio", "alpha_asymmetry")):
     """Merge the rows of repeated draws (seed 000 section 4.2: results averaged over draws).
 
     ``runs`` is a list (one per draw) of lists of rows ``{"embedding", "bits", "distance", <keys>...}``. Rows are

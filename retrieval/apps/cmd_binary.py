@@ -31,7 +31,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _binary_rows(train, base, queries, gt, bits, embeddings, distances, seed, mAP_eval=None, alphas="train"):
-    from retrieval.apps.binary_bench import recall, timed_search
+    from retrieval.apps.binary_bench import alpha_diagnostics, recall, timed_search
     from retrieval.indexing.binary import make_embedding
 
     rows = []
@@ -46,12 +46,14 @@ def _binary_rows(train, base, queries, gt, bits, embeddings, distances, seed, mA
             emb.add(base)
             if alphas == "base":
                 emb.fit_statistics(base)
+            diag = alpha_diagnostics(emb, train, base)
             for dist in distances:
                 _, ids, ms = timed_search(emb, queries, 100, distance=dist)
                 row = {"embedding": name, "bits": b, "distance": dist, "recall@10": recall(ids, gt, 10),
                        "recall@100": recall(ids, gt, 100), "ms_per_query": round(ms, 3)}
                 if mAP_eval is not None:
                     row["mAP"] = mAP_eval(emb, dist)
+                row.update(diag)
                 rows.append(row)
                 logger.info("%s", row)
     return rows
