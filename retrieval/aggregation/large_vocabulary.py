@@ -7,9 +7,12 @@ with numba, which keeps the per-descriptor work bounded and is saved with the vo
 
 1. coarse cells: the words are clustered into ``n_coarse`` cells (k-means on the words); the words of a cell are
    stored contiguously (word ids are renumbered in cell order after training, so the structure adds no copy);
-2. candidates: a descriptor visits its ``nprobe`` nearest cells and ranks their words by the distance in a
-   PCA subspace of ``n_components`` dimensions (PCA of the words);
+2. candidates: a descriptor visits its ``nprobe`` nearest cells (ranked in the first 32 PCA dimensions) and
+   ranks their words by the distance in a PCA subspace of ``n_components`` dimensions (PCA of the words);
 3. exact re-ranking: the ``n_candidates`` best candidates are re-ranked with the full-dimensional distance.
+
+The descriptors of a call (one image: thousands of rows) are grouped by probed cell, so each cell's words are
+read once and scored against all its rows with one small sgemm (kernels in :mod:`._akm_kernels`).
 
 Hard assignment returns the nearest word found; soft assignment (Philbin et al. CVPR 2008) the ``r = 3`` nearest
 with weights ``exp(-d^2 / (2 sigma^2))`` normalised to sum to one per descriptor.
