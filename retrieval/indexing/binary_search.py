@@ -215,6 +215,7 @@ def hamming_distances(query_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1).astype(np.float32)  # (256, 8)
+_BYTE_ZEROS = 1.0 - _BYTE_BITS                                                               # (256, 8)
 
 
 def byte_tables(cost0: np.ndarray, cost1: np.ndarray) -> np.ndarray:
@@ -244,8 +245,8 @@ def byte_tables(cost0: np.ndarray, cost1: np.ndarray) -> np.ndarray:
     c1 = np.pad(cost1, ((0, 0), (0, pad))).reshape(nq, nbytes, 8)
     # table[q, b, v] = sum_j [bit_j(v) = 1] c1[q,b,j] + [bit_j(v) = 0] c0[q,b,j]: a sum of the selected
     # costs only (no c0 + (c1 - c0) cancellation, so a zero d_LB stays exactly 0)
-    tables = np.einsum("vj,qbj->qbv", _BYTE_BITS, c1) + np.einsum("vj,qbj->qbv", 1.0 - _BYTE_BITS, c0)
-    return np.ascontiguousarray(tables, dtype=np.float32)
+    tables = c1.reshape(-1, 8) @ _BYTE_BITS.T + c0.reshape(-1, 8) @ _BYTE_ZEROS.T      # (nq * nbytes, 256)
+    return np.ascontiguousarray(tables.reshape(nq, nbytes, 256), dtype=np.float32)
 
 
 def asymmetric_topk(cost0: np.ndarray, cost1: np.ndarray, codes: np.ndarray, k: int, *, threads: int = 1
