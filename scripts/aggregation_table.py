@@ -9,12 +9,15 @@ D' = 2048, 512, 128, 64, under two training protocols:
 Pipeline: Hessian-affine + SIFT (retrieval.features, defaults), RootSIFT, local PCA to 64-d, aggregation with
 power (alpha = 0.5) + L2 normalisation (BoW: tf-idf + L2, hard assignment, or soft with r = 3 for "BoWsoft"),
 optional PCA to D' (no whitening), ranking by Euclidean distance, Holidays protocol mAP
-(retrieval.evaluation.groups); "BoW128": hard BoW on RootSIFT without the local PCA. Vocabularies: k-means/GMM on at most --max-samples descriptors (BoW: 100k,
+(retrieval.evaluation.groups); "BoW128": hard BoW on RootSIFT without the local PCA; "VLADintra": VLAD with
+intra-normalisation (each centroid's residual sum L2-normalised, Arandjelovic & Zisserman 2013) before the power and
+L2 normalisation. Vocabularies: k-means/GMM on at most --max-samples descriptors (BoW: 100k,
 25 iterations, random-selection seeding for 20k words).
 
 The global PCA needs at least D' + 1 training vectors: besides one vector per training image it is learnt on the
 vectors of random sub-windows of the training images (features whose centre lies in the window), ``--crops`` per
-image. Cells with D' >= the number of PCA training vectors are reported as "-".
+image (default: enough windows for 1.25 x the largest D', at least 8). Cells with D' >= the number of PCA training
+vectors, or D' >= D, are reported as "-".
 
 Usage (heavy: run under the lock):
     flock /tmp/retrieval-heavy.lock .venv/bin/python scripts/aggregation_table.py --json /tmp/agg.json
@@ -174,9 +177,12 @@ def run(args):
         lpca = LocalPCA(64, random_state=args.seed).fit(np.concatenate([d for _, d in train_feats]))
         db = [lpca.transform(d).astype(np.float32) for _, d in db_feats]
         train = [lpca.transform(d).astype(np.float32) for _, d in train_feats]
+        n_crops = args.crops
+        if n_crops < 0:  # auto: enough sub-windows for the largest D' (25 % margin; crops with < 10 features drop)
+            n_crops = max(8, -(-int(1.25 * max([d for d in dims[1:]] + [0])) // len(train_feats)))
         crop_sets_raw = []
         for f in train_feats:
-            crop_sets_raw += crops_of(f, args.crops, rng)
+            crop_sets_raw += crops_of(f, n_crops, rng)
         pca_sets = train + [lpca.transform(c).astype(np.float32) for c in crop_sets_raw]
         # BoW128: the same on RootSIFT without the local PCA
         db_raw = [d for _, d in db_feats]
@@ -185,7 +191,7 @@ def run(args):
         n_desc = sum(len(t) for t in train)
         log.info("protocol (%s): %d training images, %d descriptors, %d PCA training sets", proto, len(train),
                  n_desc, len(pca_sets))
-        table = {"n_train_images": len(train), "n_train_descriptors": int(n_desc),
+        table = {"n_train_images": len(train), "n_train_descriptors": int(n_desc), "n_crops_per_image": n_crops,
                  "n_pca_training_vectors": len(pca_sets), "rows": {}}
         bow_vocabularies = {}
         for kind, K in methods:
@@ -202,8 +208,9 @@ def run(args):
                                           assignment="soft" if kind == "BoWsoft" else "hard")
             elif kind == "Fisher":
                 enc = FisherVector(K, gmm_params={"max_samples": args.max_samples}, random_state=args.seed).fit(train)
-            else:
-                enc = VLAD(K, kmeans_params={"max_samples": args.max_samples}, random_state=args.seed).fit(train)
+            else:  # "VLAD", or "VLADintra": intra-normalised (Arandjelovic & Zisserman 2013) before power + L2
+                enc = VLAD(K, intra_normalize=kind == "VLADintra", kmeans_params={"max_samples": args.max_samples},
+                           random_state=args.seed).fit(train)
             Vdb = enc.transform(X_db)
             row = [rank_and_score(bench, names, Vdb)]
             Vtr = None
@@ -248,9 +255,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--protocols", default="b,a")
     p.add_argument("--methods", default="BoW-1000,BoWsoft-1000,BoW128-1000,BoW-20000,Fisher-16,Fisher-64,Fisher-256,VLAD-16,"
-                                        "VLAD-64,VLAD-256")
+                                        "VLAD-64,VLADintra-64,VLAD-256")
     p.add_argument("--dims", default="2048,512,128,64")
-    p.add_argument("--crops", type=int, default=8)
+    p.add_argument("--crops", type=int, default=-1,
+                   help="sub-windows per training image for the global PCA (-1: enough for the largest D')")
     p.add_argument("--max-samples", type=int, default=200_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1)
