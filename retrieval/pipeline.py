@@ -31,6 +31,8 @@ from retrieval.catalog import crash_point
 from retrieval.persistence import atomic_write, load_estimator
 from retrieval.presets import record_reduction, vocabulary_cap
 
+_MAX_DENSE_BATCH_BYTES = 4 << 30  # sparse BoW batches converted to dense float32 rows (no projection)
+
 logger = logging.getLogger(__name__)
 
 AGGREGATION_METHODS = ("fisher", "vlad", "bow")
@@ -449,9 +451,10 @@ class GlobalBackend(Backend):
         if sp.issparse(V):
             if not dense:
                 return V.astype(np.float32)
-            if V.shape[1] > 65536:
-                raise ValueError(f"preset {self.preset['name']!r}: a {V.shape[1]}-d sparse vector without "
-                                 f"projection is not supported by the global backend (set 'projection').")
+            if V.shape[0] * V.shape[1] * 4 > _MAX_DENSE_BATCH_BYTES:
+                raise ValueError(f"preset {self.preset['name']!r}: {V.shape[0]} sparse vectors of {V.shape[1]} "
+                                 f"dimensions do not fit the global backend's dense batches (at most "
+                                 f"{_MAX_DENSE_BATCH_BYTES >> 20} MB; set 'projection' or a smaller vocabulary).")
             V = V.toarray()
         return np.asarray(l2_normalize(np.asarray(V, dtype=np.float32)), dtype=np.float32)
 

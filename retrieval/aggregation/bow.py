@@ -4,6 +4,10 @@ frequencies, idf weighting idf_i = log(N / n_i) (N images, n_i of them containin
 normalisation.
 
 Per image: ``h = tf`` (counts, or summed soft weights) -> ``h = h^alpha`` -> ``h = h * idf`` -> ``h / ||h||``.
+
+Vocabularies of up to 65,536 words are assigned exactly; larger ones (seed 002 Table II's 200k words) through an
+approximate nearest-word structure (:class:`retrieval.aggregation.large_vocabulary.ApproximateKMeans`, Philbin et
+al. 2007), built deterministically from ``cluster_centers_`` on first use (docs/differences.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from retrieval.persistence import PersistableMixin
 __all__ = ["BoW"]
 
 _OWNER = "BoW"
+EXACT_MAX_WORDS = 65536  # above: approximate assignment (ApproximateKMeans over the words)
+MAX_WORDS = 1 << 24
 
 
 class BoW(PersistableMixin):
@@ -29,8 +35,8 @@ class BoW(PersistableMixin):
 
     Parameters
     ----------
-    n_clusters : int in [1, 65536]
-        K, the vocabulary size.
+    n_clusters : int in [1, 2**24]
+        K, the vocabulary size (above 65,536: approximate assignment, see the module docstring).
     assignment : {"hard", "soft"}
         Nearest word, or the ``soft_r`` nearest words weighted by exp(-d^2 / 2 sigma^2) (Philbin et al. 2008).
     soft_r : int >= 1
@@ -72,7 +78,7 @@ class BoW(PersistableMixin):
         self.random_state = random_state
 
     def _check_params(self):
-        check_scalar(self.n_clusters, "n_clusters", _OWNER, low=1, high=65536)
+        check_scalar(self.n_clusters, "n_clusters", _OWNER, low=1, high=MAX_WORDS)
         check_choice(self.assignment, "assignment", _OWNER, ("hard", "soft"))
         check_scalar(self.soft_r, "soft_r", _OWNER, low=1)
         if self.soft_sigma is not None:
@@ -121,12 +127,15 @@ class BoW(PersistableMixin):
         self.n_features_in_ = int(self.cluster_centers_.shape[1])
         self.idf_ = None
         self.n_documents_ = None
+        self._akm = None
         return self
 
     # -- term frequencies ---------------------------------------------------------------------------------
     def _words(self, X, c_sq):
         """(word ids (m,), weights (m,)) of one image's descriptors."""
         C = self.cluster_centers_
+        if C.shape[0] > EXACT_MAX_WORDS:
+            return self._approximate_words(X)
         if self.assignment == "hard":
             labels, _ = nearest_centers(X, C, c_sq)
             return labels, np.ones(labels.shape[0], dtype=np.float64)
@@ -135,6 +144,22 @@ class BoW(PersistableMixin):
         voc.sigma_ = self.sigma_
         labels, w = voc.soft_assign(X, r=self.soft_r, sigma=self.soft_sigma)
         return labels.ravel(), w.ravel().astype(np.float64)
+
+    def _approximate_words(self, X):
+        """Hard or soft words of one image through an ApproximateKMeans structure over ``cluster_centers_``
+        (built once, ``random_state=0``, not persisted: rebuilt from the words after loading)."""
+        akm = getattr(self, "_akm", None)
+        if akm is None:
+            from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+
+            akm = ApproximateKMeans.from_centers(self.cluster_centers_, random_state=0)
+            self._akm = akm
+        if self.assignment == "hard":
+            labels = akm.perm_[akm.predict(X)]
+            return labels, np.ones(labels.shape[0], dtype=np.float64)
+        sigma = self.soft_sigma if self.soft_sigma is not None else self.sigma_
+        labels, w = akm.soft_assign(X, r=self.soft_r, sigma=sigma)
+        return akm.perm_[labels].ravel(), w.ravel().astype(np.float64)
 
     def term_frequencies(self, descriptor_sets, *, names=None, progress=None):
         """Raw histograms (counts, or summed soft weights) as CSR of shape (n_images, K), float32."""

@@ -106,6 +106,9 @@ def build() -> dict:
         "paper-002-bow200k", "Seed 002 Table II: BoW with a 200k-word vocabulary, raw (no PCA), exhaustive.",
         "bow", 200000, projection=None, requires=["retrieval.aggregation:BoW"],
         paper={"seed": "002", "table": "II", "row": "BOW 200k", "table_II": TABLE_II[("bow", 200000)]})
+    # 200k words need 2M training descriptors (10 per word, training.min_descriptors_per_word)
+    out["paper-002-bow200k"]["training"]["max_descriptors"] = 2_000_000
+    out["paper-002-bow200k"]["training"]["min_descriptors_per_word"] = 10
     for key, t in TABLE_III.items():
         agg, k = t["agg"]
         name = f"paper-002-{key}"
