@@ -90,18 +90,7 @@ class FeatureStore:
         cfg_path = self.folder / key / "config.json"
         if not cfg_path.exists():
             write_json_atomic(cfg_path, features.config)
-        desc = features.descriptors
-        if self.float16 and desc.dtype.kind == "f":
-            desc = desc.astype(np.float16)
-        header = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION, "config_key": key,
-                  "content_hash": content_hash, "config": features.config}
-        buf = io.BytesIO()
-        np.savez(buf, frames=np.asarray(features.frames, dtype=np.float32), descriptors=desc,
-                 image_size=np.asarray(features.image_size, dtype=np.int64),
-                 __header__=np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8))
-        with atomic_write(path) as fh:
-            fh.write(buf.getvalue())
-        return path
+        return _write_entry(path, features, float16=self.float16, config_key=key, content_hash=content_hash)
 
     def get(self, content_hash: str, config_key: str, default=None):
         """The stored :class:`LocalFeatures`, or ``default`` when absent.
@@ -143,12 +132,19 @@ class FeatureStore:
 
 def save_features(path, features: LocalFeatures, *, float16: bool = False) -> Path:
     """Write one :class:`LocalFeatures` to ``path`` (``.npz``, the store's entry format) atomically."""
-    path = Path(path)
+    return _write_entry(Path(path), features, float16=float16, config_key=_config_key(features.config))
+
+
+def _write_entry(path: Path, features: LocalFeatures, *, float16: bool, config_key: str,
+                 content_hash: str | None = None) -> Path:
+    """The store's ``.npz`` entry (frames, descriptors, image size and a JSON header), written atomically."""
     desc = features.descriptors
     if float16 and desc.dtype.kind == "f":
         desc = desc.astype(np.float16)
-    header = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION,
-              "config_key": _config_key(features.config), "config": features.config}
+    header = {"format": STORE_FORMAT, "format_version": STORE_FORMAT_VERSION, "config_key": config_key}
+    if content_hash is not None:
+        header["content_hash"] = content_hash
+    header["config"] = features.config
     buf = io.BytesIO()
     np.savez(buf, frames=np.asarray(features.frames, dtype=np.float32), descriptors=desc,
              image_size=np.asarray(features.image_size, dtype=np.int64),
