@@ -33,6 +33,7 @@ from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.indexing import dissimilarities as dis
 from retrieval.indexing.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
 from retrieval.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.spatial import distinct_inliers
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class ObjectSearcher:
         if matches.shape[0] < 3:
             return 0, None
         mask, transform = verify_affine(q_frames, frames, matches)
-        n_in = one_to_one_inliers(matches, mask)
+        n_in = distinct_inliers(matches, mask)
         return n_in, (None if transform is None else np.asarray(transform, np.float64))
 
     def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
@@ -396,29 +397,6 @@ class ObjectSearcher:
             obj._fwd[int(i)] = (ld["words"][a:b], ld["weights"][a:b], ld["frames"][a:b],
                                 tuple(int(v) for v in ld["sizes"][j]))
         return obj
-
-
-def one_to_one_inliers(matches, mask) -> int:
-    """Number of inliers counted one-to-one: ``min(#distinct query features, #distinct database features)`` among
-    the inlier pairs.
-
-    Tentative matches through visual words are many-to-many (every pair of features sharing a word); a query
-    feature matched to several database features near the same place would otherwise support the transform
-    several times, and repeated structures in unrelated images would gather inflated counts.
-
-    Parameters
-    ----------
-    matches : ndarray of shape (m, 2), int -- (query feature, database feature)
-    mask : ndarray of shape (m,), bool -- inliers
-
-    Returns
-    -------
-    int
-    """
-    inl = np.asarray(matches).reshape(-1, 2)[np.asarray(mask, dtype=bool)]
-    if inl.shape[0] == 0:
-        return 0
-    return int(min(np.unique(inl[:, 0]).size, np.unique(inl[:, 1]).size))
 
 
 def _word_matches(q_words, db_words, max_pairs_per_word: int = 16):

@@ -124,12 +124,12 @@ def test_spatial_rerank_boxes_and_query_expansion(world):
 
 
 def test_inliers_are_counted_one_to_one():
-    from retrieval.object_search import one_to_one_inliers
+    from retrieval.spatial import distinct_inliers
 
     # query feature 0 matched to db features 0, 1, 2 (same word, all consistent); query 1 -> db 3; query 2 -> db 3
     matches = np.array([[0, 0], [0, 1], [0, 2], [1, 3], [2, 3], [3, 4]])
     mask = np.array([True, True, True, True, True, False])
     # 5 inlier pairs, but only 3 distinct query features and 4 distinct database features support the transform
-    assert one_to_one_inliers(matches, mask) == 3
-    assert one_to_one_inliers(matches, np.zeros(6, bool)) == 0
-    assert one_to_one_inliers(np.array([[0, 0], [1, 1]]), np.array([True, True])) == 2
+    assert distinct_inliers(matches, mask) == 3
+    assert distinct_inliers(matches, np.zeros(6, bool)) == 0
+    assert distinct_inliers(np.array([[0, 0], [1, 1]]), np.array([True, True])) == 2
