@@ -49,3 +49,18 @@ def test_large_bow_save_load_gives_the_same_histograms(large_bow, tmp_path):
 def test_vocabulary_size_bound_is_checked():
     with pytest.raises(ValueError, match="n_clusters"):
         BoW((1 << 24) + 1)._check_params()
+
+
+def test_from_an_approximate_kmeans_reuses_its_structure_and_order():
+    from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+
+    rng = np.random.default_rng(1)
+    words = rng.standard_normal((EXACT_MAX_WORDS + 500, 8)).astype(np.float32)
+    akm = ApproximateKMeans.from_centers(words, random_state=0)
+    akm.perm_ = None  # as after fit: its own cluster_centers_ order, no renumbering
+    bow = BoW.from_vocabulary(akm, idf=False, norm=None)
+    assert bow._akm is akm
+    X = akm.cluster_centers_[:300] + 0.01 * rng.standard_normal((300, 8)).astype(np.float32)
+    tf = bow.term_frequencies([X]).toarray()[0]
+    # descriptors next to words 0..299 of the vocabulary's order land (>= 90 %) on those same words
+    assert tf[:300].sum() >= 0.9 * 300 and tf.sum() == 300

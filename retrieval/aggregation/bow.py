@@ -117,6 +117,8 @@ class BoW(PersistableMixin):
         obj = cls(int(vocabulary.cluster_centers_.shape[0]), **params)
         obj._check_params()
         obj._set_vocabulary(vocabulary)
+        if hasattr(vocabulary, "kneighbors"):  # an ApproximateKMeans: reuse its assignment structure
+            obj._akm = vocabulary
         if obj.idf and descriptor_sets is not None:
             obj.fit_idf(descriptor_sets)
         return obj
@@ -146,20 +148,25 @@ class BoW(PersistableMixin):
         return labels.ravel(), w.ravel().astype(np.float64)
 
     def _approximate_words(self, X):
-        """Hard or soft words of one image through an ApproximateKMeans structure over ``cluster_centers_``
-        (built once, ``random_state=0``, not persisted: rebuilt from the words after loading)."""
+        """Hard or soft words of one image through an ApproximateKMeans structure over ``cluster_centers_``: the
+        vocabulary's own when :meth:`from_vocabulary` was given an ApproximateKMeans, else built once from the
+        words (``random_state=0``; not persisted: rebuilt after loading)."""
         akm = getattr(self, "_akm", None)
         if akm is None:
             from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 
             akm = ApproximateKMeans.from_centers(self.cluster_centers_, random_state=0)
             self._akm = akm
+        # words in our order: a structure built by from_centers renumbers them (perm_), a fitted one does not
+        perm = getattr(akm, "perm_", None)
         if self.assignment == "hard":
-            labels = akm.perm_[akm.predict(X)]
+            labels = akm.predict(X)
+            labels = labels if perm is None else perm[labels]
             return labels, np.ones(labels.shape[0], dtype=np.float64)
         sigma = self.soft_sigma if self.soft_sigma is not None else self.sigma_
         labels, w = akm.soft_assign(X, r=self.soft_r, sigma=sigma)
-        return akm.perm_[labels].ravel(), w.ravel().astype(np.float64)
+        labels = labels if perm is None else perm[labels]
+        return labels.ravel(), w.ravel().astype(np.float64)
 
     def term_frequencies(self, descriptor_sets, *, names=None, progress=None):
         """Raw histograms (counts, or summed soft weights) as CSR of shape (n_images, K), float32."""
