@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from retrieval.indexing import IVFADC
+from retrieval.search import IVFADC
 
 
 def main():

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.aggregation import FisherVector, PCAProjection
+from retrieval.codes import select_dim
 from retrieval.features import FeatureExtractor, root_sift, select_in_box
-from retrieval.indexing import select_dim
 
 log = logging.getLogger("fig4")
 

@@ -4,11 +4,13 @@ from retrieval.aggregation.bow import BoW
 from retrieval.aggregation.fisher import FisherVector, fisher_vector
 from retrieval.aggregation.gmm import GMMVocabulary
 from retrieval.aggregation.kmeans import KMeansVocabulary
+from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.aggregation.normalize import l1_normalize, l2_normalize, power_normalize
 from retrieval.aggregation.pca import PCAProjection, random_rotation
 from retrieval.aggregation.vlad import VLAD, vlad_vector
 
 __all__ = [
+    "ApproximateKMeans",
     "BoW",
     "FisherVector",
     "GMMVocabulary",
@@ -22,4 +24,3 @@ __all__ = [
     "random_rotation",
     "vlad_vector",
 ]
-from retrieval.aggregation.large_vocabulary import ApproximateKMeans  # noqa: E402,F401  (issue 6)

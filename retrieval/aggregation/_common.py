@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from retrieval._checks import check_array
+from retrieval.core.checks import check_array
 
 logger = logging.getLogger(__name__)
 

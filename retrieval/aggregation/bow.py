@@ -17,11 +17,11 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval._checks import NotFittedError, check_choice, check_is_fitted, check_scalar
 from retrieval.aggregation._common import as_image_list, checked_image, nearest_centers
 from retrieval.aggregation.kmeans import KMeansVocabulary
 from retrieval.aggregation.normalize import l1_normalize, l2_normalize
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import NotFittedError, check_choice, check_is_fitted, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["BoW"]
 

@@ -12,9 +12,9 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.aggregation._common import stack_training_descriptors, subsample
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["GMMVocabulary", "gmm_log_posteriors"]
 

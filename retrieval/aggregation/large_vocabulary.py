@@ -26,10 +26,10 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_array, check_is_fitted, check_random_state, check_scalar
 from retrieval.aggregation._akm_kernels import accumulate as _accumulate
 from retrieval.aggregation._akm_kernels import ivf_knn as _ivf_knn
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 logger = logging.getLogger(__name__)
 

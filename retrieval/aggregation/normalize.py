@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 
 __all__ = ["power_normalize", "l2_normalize", "l1_normalize"]
 

@@ -20,9 +20,9 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval._checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.aggregation.normalize import l2_normalize, power_normalize
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["PCAProjection", "random_rotation"]
 

@@ -12,11 +12,11 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_choice, check_is_fitted, check_scalar
 from retrieval.aggregation._common import encode_all, nearest_centers
 from retrieval.aggregation.kmeans import KMeansVocabulary
 from retrieval.aggregation.normalize import l2_normalize, power_normalize
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import check_choice, check_is_fitted, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["VLAD", "vlad_vector"]
 

@@ -30,8 +30,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from retrieval.core.persistence import write_json_atomic
 from retrieval.datasets.manifest import check_files, load_manifest
-from retrieval.persistence import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from retrieval.core.persistence import atomic_write
 from retrieval.datasets.manifest import MANIFEST_FORMAT, MANIFEST_VERSION
 from retrieval.evaluation.holidays import load_holidays_gt
 from retrieval.evaluation.revisited import load_revisited_gnd
-from retrieval.persistence import atomic_write
 
 VGG = "https://www.robots.ox.ac.uk/~vgg/data"
 INRIA = "ftp://ftp.inrialpes.fr/pub/lear/douze/data"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.core.persistence import save_npy_atomic
 from retrieval.datasets.base import Query, RetrievalDataset
 from retrieval.datasets.manifest import load_manifest, require_files
 from retrieval.datasets.oxford import list_distractors
 from retrieval.evaluation.revisited import RevisitedGroundTruth, evaluate_revisited, load_revisited_gnd
-from retrieval.persistence import save_npy_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -170,7 +170,7 @@ def score_holidays(results, gt: HolidaysGroundTruth) -> HolidaysScore:
 
 def write_holidays_results(path, rankings: dict) -> None:
     """Write ``{query: [name, ...]}`` (best first) in the ``holidays_map.py`` format, atomically."""
-    from retrieval.persistence import atomic_write
+    from retrieval.core.persistence import atomic_write
 
     with atomic_write(path, "w") as fh:
         for q, names in rankings.items():

@@ -191,7 +191,7 @@ def read_results_folder(folder, gt: dict) -> dict:
 
 def write_results_folder(folder, rankings: dict) -> None:
     """Write ``{query: [names]}`` as ``<query>.txt`` files (one name per line), each atomically."""
-    from retrieval.persistence import atomic_write
+    from retrieval.core.persistence import atomic_write
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

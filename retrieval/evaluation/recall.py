@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from retrieval._checks import check_array
+from retrieval.core.checks import check_array
 
 
 def recall_at_r(ids, gt_nn, rs=(1, 10, 100)) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from retrieval._checks import check_array
+from retrieval.core.checks import check_array
 
 
 def ukb_score(ranked_ids, query_ids=None, *, group_size: int = 4) -> tuple:

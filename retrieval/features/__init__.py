@@ -1,4 +1,4 @@
-"""Pixels -> local features: image loading, detectors, descriptors, RootSIFT, local PCA, matching, feature store.
+"""Pixels -> local features: image loading, detectors, descriptors, RootSIFT, local PCA, feature store.
 
 Heavy dependencies (OpenCV, pyhesaff, cyvlfeat) are imported inside the functions that need them.
 """
@@ -7,35 +7,21 @@ from retrieval.features.detectors import available_detectors, register_detector
 from retrieval.features.extractor import FeatureExtractor, extract_features, frames_to_original
 from retrieval.features.frames import parse_box, select_in_box, subset
 from retrieval.features.image import ImageReadError, LoadedImage, load_image
-from retrieval.features.matching import (
-    MatchResult,
-    find_homography,
-    match_descriptors,
-    match_features,
-    match_images,
-)
 from retrieval.features.parallel import ExtractionPool, extract_many
 from retrieval.features.pca import LocalPCA
 from retrieval.features.rootsift import root_sift
 from retrieval.features.store import FeatureStore, file_hash, load_features, save_features
 from retrieval.features.types import LocalFeatures
-from retrieval.features.verification import verify_affine
 
 __all__ = [
     "ExtractionPool",
     "FeatureExtractor",
     "FeatureStore",
     "LocalPCA",
-    "MatchResult",
     "extract_many",
     "file_hash",
-    "find_homography",
     "load_features",
-    "match_descriptors",
-    "match_features",
-    "match_images",
     "save_features",
-    "verify_affine",
     "ImageReadError",
     "LoadedImage",
     "LocalFeatures",

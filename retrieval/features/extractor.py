@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 from retrieval.features.detectors import get_detector
 from retrieval.features.image import (
     DEFAULT_MAX_MEGAPIXELS,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 from retrieval.features.types import LocalFeatures
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_array, check_is_fitted, check_random_state, check_scalar
-from retrieval.persistence import PersistableMixin
+from retrieval.core.checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.persistence import PersistableMixin
 
 
 class LocalPCA(PersistableMixin):

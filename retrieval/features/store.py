@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.core.persistence import atomic_write, write_json_atomic
 from retrieval.features.extractor import config_key as _config_key
 from retrieval.features.types import LocalFeatures
-from retrieval.persistence import atomic_write, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.indexing import IVFADC
+from retrieval.search import IVFADC
 
 here = Path(__file__).parent
 rng = np.random.default_rng(2024)

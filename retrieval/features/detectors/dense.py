@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 from retrieval.features.detectors import check_params
 
 DEFAULTS = {"step": 8, "size": 8, "magnif": 3.0, "fast": True}

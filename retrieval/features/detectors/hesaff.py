@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from retrieval._checks import check_scalar
+from retrieval.core.checks import check_scalar
 from retrieval.features.detectors import check_params, frames_from_ellipse_cholesky
 
 DEFAULTS = {

@@ -1,0 +1,1 @@
+"""The photo-folder product: Index (folder sync, catalog, generations, locks), the gallery, evaluation runs."""

@@ -1,0 +1,116 @@
+"""A self-contained HTML gallery of a query and its results (opens from disk, without a server).
+
+Thumbnails are inline JPEG data URIs; boxes are SVG rectangles laid over each thumbnail in the coordinates of the
+original image (after EXIF orientation), so they stay right at any display size. A small inline script records,
+on ``<body>``, how many thumbnails decoded (``data-images-loaded``) and how many boxes have a non-empty rendered
+size (``data-boxes-drawn``); the browser test reads them.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from pathlib import Path
+
+from retrieval.core.persistence import atomic_write
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;background:#fafafa;color:#222}
+h1{font-size:1.3em} .meta{color:#555;font-size:.9em}
+.grid{display:flex;flex-wrap:wrap;gap:14px}
+figure{margin:0;background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;width:260px}
+figure.query{border:2px solid #1565c0;width:340px}
+.frame{position:relative;line-height:0}
+.frame img{width:100%;height:auto;display:block}
+.frame svg{position:absolute;left:0;top:0;width:100%;height:100%;overflow:visible}
+rect.box{fill:none;stroke:#e53935;stroke-width:3;vector-effect:non-scaling-stroke}
+rect.qbox{stroke:#1e88e5}
+figcaption{font-size:.8em;line-height:1.35;margin-top:6px;word-break:break-all}
+.rank{font-weight:bold}
+"""
+
+_SCRIPT = """
+window.addEventListener('load', function () {
+  var imgs = document.querySelectorAll('img.thumb'), ok = 0;
+  imgs.forEach(function (im) { if (im.complete && im.naturalWidth > 0) ok++; });
+  var drawn = 0;
+  document.querySelectorAll('rect.box').forEach(function (r) {
+    var b = r.getBoundingClientRect(); if (b.width > 0 && b.height > 0) drawn++; });
+  document.body.setAttribute('data-images-loaded', String(ok));
+  document.body.setAttribute('data-boxes-drawn', String(drawn));
+});
+"""
+
+
+def thumbnail_data_uri(path, max_side: int = 360, quality: int = 80) -> tuple[str, tuple[int, int]]:
+    """A JPEG data URI of the image at ``path`` (EXIF orientation applied, longest side ``max_side``) and the
+    original size ``(w, h)`` after orientation."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as im:
+        im = ImageOps.exif_transpose(im)
+        size = im.size
+        im = im.convert("RGB")
+        im.thumbnail((max_side, max_side))
+        buf = io.BytesIO()
+        im.save(buf, format="JPEG", quality=quality)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii"), size
+
+
+def _figure(path, size_uri, box, caption_html: str, css_class: str, box_class: str) -> str:
+    uri, (w, h) = size_uri
+    rect = ""
+    if box is not None:
+        x1, y1, x2, y2 = (float(v) for v in box)
+        rect = (f'<rect class="box {box_class}" x="{x1:.1f}" y="{y1:.1f}" width="{max(x2 - x1, 1):.1f}" '
+                f'height="{max(y2 - y1, 1):.1f}"/>')
+    return (f'<figure class="{css_class}"><div class="frame">'
+            f'<img class="thumb" src="{uri}" alt="{html.escape(Path(path).name)}">'
+            f'<svg viewBox="0 0 {w} {h}" preserveAspectRatio="none">{rect}</svg></div>'
+            f"<figcaption>{caption_html}</figcaption></figure>")
+
+
+def render_gallery(query_path, hits: Sequence, *, query_box=None, title: str = "retrieval results",
+                   thumb_side: int = 360) -> str:
+    """The HTML text of a gallery.
+
+    Parameters
+    ----------
+    query_path : str or Path — the query image
+    hits : sequence of :class:`retrieval.app.index.SearchHit` (or objects with rank, path, score, inliers, box)
+    query_box : (x1, y1, x2, y2) or None — drawn on the query
+    """
+    q_caption = f"<b>query</b><br>{html.escape(str(query_path))}"
+    if query_box is not None:
+        q_caption += "<br>box " + ", ".join(f"{float(v):.0f}" for v in query_box)
+    parts = [_figure(query_path, thumbnail_data_uri(query_path, thumb_side), query_box, q_caption, "query",
+                     "qbox")]
+    for hit in hits:
+        cap = f'<span class="rank">#{hit.rank}</span> score {hit.score:.4f}'
+        if hit.inliers is not None:
+            cap += f" &middot; {int(hit.inliers)} inliers"
+        cap += f"<br>{html.escape(str(hit.path))}"
+        try:
+            thumb = thumbnail_data_uri(hit.path, thumb_side)
+        except OSError:
+            thumb = ("data:image/gif;base64,R0lGODlhAQABAAAAACw=", (1, 1))
+            cap += "<br><i>(file no longer readable)</i>"
+        parts.append(_figure(hit.path, thumb, hit.box, cap, "result", "match"))
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
+        f"<body data-results=\"{len(hits)}\"><h1>{html.escape(title)}</h1>"
+        f"<p class=\"meta\">{len(hits)} results &middot; boxes: query region (blue) and matched regions (red)</p>"
+        f"<div class=\"grid\">{''.join(parts)}</div><script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def write_gallery(path, query_path, hits: Sequence, *, query_box=None, title: str = "retrieval results") -> Path:
+    """Write :func:`render_gallery` to ``path`` atomically; returns the path."""
+    text = render_gallery(query_path, hits, query_box=query_box, title=title)
+    path = Path(path)
+    with atomic_write(path, "w") as fh:
+        fh.write(text)
+    return path

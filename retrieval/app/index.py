@@ -1,0 +1,574 @@
+"""An on-disk index of a photo folder that follows the folder: :class:`Index`.
+
+Index folder layout (format ``retrieval-index``, version 1; docs/formats.md):
+
+``catalog.db``
+    the SQLite catalog (:mod:`retrieval.app.catalog`): images, meta (preset, model, committed generation), runs.
+``model/``
+    the trained model of the preset (estimator ``.npz`` files + ``model.json``), written to a temporary folder
+    and renamed when complete.
+``gens/<generation>/``
+    the searchable state of one committed generation (``state.json`` + ``.npy`` arrays, memory-mapped), written
+    to ``gens/<generation>.tmp`` and renamed; the catalog's ``generation`` names the live one.
+``features/``
+    the :class:`retrieval.features.FeatureStore` (unless another store folder was given), read by re-ranking.
+
+Crash safety: a sync extracts into the feature store (complete entries only), trains into a temporary model
+folder, writes the new generation into a temporary folder, renames it, and only then commits every catalog change
+together with the new generation number in ONE SQLite transaction. A ``kill -9`` at any moment leaves the previous
+committed state; the next sync cleans the leftovers and redoes the missing work (features already extracted are
+reused). A query reads the generation and the rows in one read transaction and opens that generation's arrays,
+so it sees either the state before or the state after a concurrent sync.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.app.catalog import Catalog
+from retrieval.app.index_build import IndexBuildMixin
+from retrieval.app.index_support import (  # noqa: F401 (SearchHit, SyncReport, walk_photos are part of this API)
+    IMAGE_EXTENSIONS,
+    LazyFeatures,
+    SearchHit,
+    SyncReport,
+    file_stat,
+    image_meta,
+    progress_callback,
+    walk_photos,
+)
+from retrieval.core.persistence import crash_point
+from retrieval.engine.pipeline import Hit, make_backend
+from retrieval.engine.presets import check_available, load_preset, preset_digest, preset_names
+
+logger = logging.getLogger(__name__)
+
+INDEX_FORMAT = "retrieval-index"
+INDEX_FORMAT_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------- the index
+class Index(IndexBuildMixin):
+    """A searchable index of a photo folder, stored in an index folder (see the module docstring).
+
+    Use :meth:`create` or :meth:`open`, then :meth:`sync`, :meth:`search`, :meth:`remove`, :meth:`info`.
+    """
+
+    def __init__(self, path, catalog: Catalog, preset: dict):
+        self.path = Path(path)
+        self.catalog = catalog
+        self.preset = preset
+        self._backend = None
+        self._backend_gen = None
+        self._extractor = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(cls, path, preset="default", model=None, train_images=None, *, feature_store=None,
+               exist_ok: bool = False) -> Index:
+        """Create an empty index folder for ``preset``.
+
+        Parameters
+        ----------
+        path : str or Path — the index folder (created)
+        preset : str, Path or dict — a bundled preset name, a JSON file or a dict (:func:`load_preset`)
+        model : str or Path or None — a trained model folder (an index's ``model/`` or an index folder) to
+            reuse instead of training on the collection
+        train_images : list of paths or None — train on these images instead of a sample of the collection
+        feature_store : str or Path or None — feature-store folder (default ``<path>/features``); several
+            indexes may share one
+        exist_ok : bool — open an existing index built with the same preset instead of failing
+        """
+        path = Path(path)
+        preset = load_preset(preset)
+        check_available(preset)
+        if (path / "catalog.db").exists():
+            if not exist_ok:
+                raise ValueError(f"{path}: an index already exists here (use Index.open, or another folder).")
+            idx = cls.open(path)
+            if idx.preset["name"] != preset["name"] or idx.preset["version"] != preset["version"]:
+                raise ValueError(f"{path}: this index was built with preset {idx.preset['name']!r} version "
+                                 f"{idx.preset['version']}, not {preset['name']!r} version {preset['version']}; "
+                                 f"use another --index folder or delete this one.")
+            return idx
+        if path.exists() and any(not p.name.startswith("catalog.db.tmp") for p in path.iterdir()):
+            raise ValueError(f"{path}: folder exists and is not empty; refusing to create an index in it.")
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = path / "catalog.db.tmp"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+        from retrieval import __version__
+
+        cat = Catalog(tmp, create=True)
+        cat.set_meta(index_format={"name": INDEX_FORMAT, "version": INDEX_FORMAT_VERSION},
+                     preset=preset, preset_name=preset["name"], preset_version=preset["version"],
+                     preset_digest=preset_digest(preset), library_version=__version__,
+                     feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
+                     train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
+                     model=None)
+        cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
+        cat.close()
+        os.replace(tmp, path / "catalog.db")
+        for suffix in ("-wal", "-shm"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+        idx = cls.open(path)
+        if model is not None:
+            idx._import_model(Path(model))
+        return idx
+
+    @classmethod
+    def open(cls, path) -> Index:
+        """Open an existing index folder; refuses one made by another version of its preset."""
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"index folder {str(path)!r} does not exist (create it with "
+                                    f"'retrieval index PHOTO_DIR --index {path}').")
+        cat = Catalog(path / "catalog.db")
+        fmt = cat.get_meta("index_format")
+        if fmt != {"name": INDEX_FORMAT, "version": INDEX_FORMAT_VERSION}:
+            raise ValueError(f"{path}: index format {fmt!r}; this library reads {INDEX_FORMAT!r} version "
+                             f"{INDEX_FORMAT_VERSION}.")
+        preset = cat.get_meta("preset")
+        name, version = preset["name"], preset["version"]
+        if name in preset_names():
+            current = load_preset(name)
+            if current["version"] != version:
+                raise ValueError(
+                    f"{path}: index made with preset {name!r} version {version}, but this library's {name!r} "
+                    f"preset is version {current['version']}; rebuild it: delete the folder and run "
+                    f"'retrieval index PHOTO_DIR --index {path} --preset {name}'.")
+        return cls(path, cat, preset)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def extractor(self):
+        if self._extractor is None:
+            from retrieval.features import FeatureExtractor
+
+            self._extractor = FeatureExtractor(**self.preset.get("features", {}))
+        return self._extractor
+
+    @property
+    def store(self):
+        from retrieval.features.store import FeatureStore
+
+        folder = self.catalog.get_meta("feature_store") or (self.path / "features")
+        return FeatureStore(folder)
+
+    def _gen_dir(self, gen: int) -> Path:
+        return self.path / "gens" / f"{gen:08d}"
+
+    def _model_dir(self) -> Path:
+        return self.path / "model"
+
+    def _load_model_into(self, backend) -> bool:
+        info_path = self._model_dir() / "model.json"
+        if not info_path.exists():
+            return False
+        info = json.loads(info_path.read_text("utf-8"))
+        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
+            raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
+                             f"{info.get('preset_version')}, not {self.preset['name']!r} version "
+                             f"{self.preset['version']}.")
+        backend.load_model(self._model_dir(), info)
+        return True
+
+    def _import_model(self, src: Path) -> None:
+        if (src / "model" / "model.json").exists():
+            src = src / "model"
+        if not (src / "model.json").exists():
+            raise ValueError(f"{src}: not a trained model folder (no model.json; give an index folder or its "
+                             f"model/ folder).")
+        info = json.loads((src / "model.json").read_text("utf-8"))
+        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
+            raise ValueError(f"{src}: model trained for preset {info.get('preset')!r} version "
+                             f"{info.get('preset_version')}; this index uses {self.preset['name']!r} version "
+                             f"{self.preset['version']}.")
+        tmp = self.path / "model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        os.replace(tmp, self._model_dir())
+        meta = {"id": info["id"], "trained_on": info.get("trained_on"), "imported": str(src)}
+        if info.get("effective"):
+            meta["effective"] = info["effective"]
+        self.catalog.set_meta(model=meta)
+
+    def _backend_for(self, gen: int):
+        """The backend with the model and the state of generation ``gen`` (cached per generation)."""
+        if self._backend is not None and self._backend_gen == gen:
+            return self._backend
+        backend = make_backend(self.preset)
+        if not self._load_model_into(backend):
+            if gen:
+                raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
+            self._backend, self._backend_gen = backend, gen
+            return backend
+        backend.load_state(self._gen_dir(gen) if gen else None)
+        self._backend, self._backend_gen = backend, gen
+        return backend
+
+    def _cleanup(self, keep: Iterable[int]) -> None:
+        keep_names = {f"{g:08d}" for g in keep}
+        gens = self.path / "gens"
+        if gens.is_dir():
+            for p in gens.iterdir():
+                if p.name not in keep_names:
+                    shutil.rmtree(p, ignore_errors=True)
+        shutil.rmtree(self.path / "model.tmp", ignore_errors=True)
+
+    # ------------------------------------------------------------------ writer lock
+    def _writer_lock(self):
+        """An exclusive lock on ``<index>/.lock`` for the duration of a sync or remove (released by the kernel
+        when the process dies, so a killed run never leaves it held)."""
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def held():
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise RuntimeError(f"another 'retrieval index' or 'remove' is writing to {self.path}; "
+                                       f"wait for it to finish.") from None
+                yield
+            finally:
+                os.close(fd)
+
+        return held()
+
+    # ------------------------------------------------------------------ sync
+    def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
+             progress: bool = False) -> SyncReport:
+        """Bring the index in line with a photo folder (or an explicit list of image paths).
+
+        New and changed files (size, mtime, then content hash) are extracted and added, deleted files dropped,
+        moved files recognised by content hash and renamed in the catalog without re-extraction. Unreadable
+        files are recorded with status ``error`` and listed in the report (``skip_errors`` only changes what
+        the CLI's exit status is). Everything is committed in one catalog transaction (module docstring).
+        """
+        with self._writer_lock():
+            return self._sync(folder_or_paths, workers, progress)
+
+    def _sync(self, folder_or_paths, workers, progress) -> SyncReport:
+        t0 = t_stage = time.perf_counter()
+        if isinstance(folder_or_paths, (str, os.PathLike)):
+            files = walk_photos(folder_or_paths)
+            source = str(Path(folder_or_paths).resolve())
+            if not files:
+                raise ValueError(f"photo folder {source!r} holds no images "
+                                 f"({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, hidden files skipped).")
+        else:
+            files = sorted({os.path.abspath(os.path.expanduser(str(p))) for p in folder_or_paths})
+            source = f"{len(files)} paths"
+            for p in files:
+                if not os.path.isfile(p):
+                    raise FileNotFoundError(f"image {p!r} does not exist.")
+        report = SyncReport()
+        run_id = self.catalog.start_run(source)
+        gen, rows = self.catalog.snapshot()
+        self._cleanup(keep=[gen])
+        next_id = int(self.catalog.get_meta("next_id", 0))
+        by_path = {r["path"]: r for r in rows}
+        fileset = set(files)
+
+        # 1. what changed: size + mtime first, the content hash only for candidates
+        stats = {}
+        candidates = []
+        for p in files:
+            try:
+                stats[p] = file_stat(p)
+            except OSError as exc:
+                report.errors.append((p, f"cannot stat: {exc}"))
+                continue
+            r = by_path.get(p)
+            if r is not None and r["status"] == "indexed" and r["size"] == stats[p][0] and r["mtime"] == stats[p][1]:
+                report.unchanged += 1
+            else:
+                candidates.append(p)
+        from retrieval.features.store import file_hash
+
+        hashes = {}
+        cb, close = progress_callback(progress and len(candidates) > 0, "hashing", len(candidates))
+        for j, p in enumerate(candidates):
+            try:
+                hashes[p] = file_hash(p)
+            except OSError as exc:
+                report.errors.append((p, f"cannot read: {exc}"))
+            if cb:
+                cb(j + 1, len(candidates))
+        close()
+        gone = [r for r in rows if r["path"] not in fileset]
+        gone_by_hash = {}
+        for r in gone:
+            if r["status"] == "indexed":
+                gone_by_hash.setdefault(r["hash"], []).append(r)
+        deletes, moves, to_add, touched = [], [], [], []
+        for p in candidates:
+            if p not in hashes:
+                continue
+            r = by_path.get(p)
+            h = hashes[p]
+            if r is not None and r["status"] == "indexed" and r["hash"] == h:
+                touched.append((r["id"], p, stats[p][1]))  # same content, new mtime
+                report.unchanged += 1
+                continue
+            if r is not None:
+                deletes.append(r["id"])
+                if r["status"] == "indexed":
+                    report.changed += 1
+            elif gone_by_hash.get(h):
+                old = gone_by_hash[h].pop()
+                moves.append((old["id"], p, stats[p][1]))
+                report.moved += 1
+                continue
+            to_add.append(p)
+        moved_ids = {m[0] for m in moves}
+        for r in gone:
+            if r["id"] not in moved_ids:
+                deletes.append(r["id"])
+                if r["status"] == "indexed":
+                    report.removed += 1
+        report.added = len(to_add) - report.changed
+
+        report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 2. features (feature store: complete entries only; resumable)
+        store, extractor = self.store, self.extractor
+        key = extractor.config_key
+        need = [p for p in to_add if (hashes[p], key) not in store]
+        self._extract(need, hashes, store, extractor, workers, progress, report)
+        failed = {p for p, _ in report.errors}
+
+        report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 3. the model
+        backend = self._backend_for(gen)
+        if not backend.trained:
+            train_paths = self._training_paths(rows, to_add, failed, hashes)
+            self._train(backend, train_paths, progress, workers, report)
+        if self._backend is backend:
+            self._backend = None  # the cached backend is about to be modified
+        backend.remove(deletes)
+
+        report.stage_seconds["train"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 4. encode and add
+        new_rows, add_ids, add_paths = [], [], []
+        for p in to_add:
+            size, mtime = stats[p]
+            row = {"id": next_id, "path": p, "hash": hashes[p], "size": size, "mtime": mtime}
+            next_id += 1
+            if p in failed:
+                row.update(status="error", error=dict(report.errors)[p], n_features=None)
+            else:
+                row.update(status="indexed", error=None)
+                add_ids.append(row["id"])
+                add_paths.append(p)
+            new_rows.append(row)
+        feats = LazyFeatures(store, key, [hashes[p] for p in add_paths])
+        cb, close = progress_callback(progress and len(add_ids) > 0, "encoding", len(add_ids))
+        backend.add(np.asarray(add_ids, np.int64), feats, progress=cb)
+        close()
+        for j, (row, p) in enumerate(zip([r for r in new_rows if r["status"] == "indexed"], add_paths, strict=True)):
+            n_feat, (width, height) = feats.meta(j)
+            try:
+                orientation = image_meta(p)[2]
+            except Exception:  # noqa: BLE001 - the header was readable at extraction; keep the default
+                orientation = 1
+            row.update(n_features=n_feat, width=width, height=height, orientation=orientation)
+
+        report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 5. the new generation, then ONE catalog transaction
+        new_gen = gen + 1
+        tmp = self.path / "gens" / f"{new_gen:08d}.tmp"
+        final = self._gen_dir(new_gen)
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        backend.save_state(tmp)
+        from retrieval.core.persistence import fsync_dir
+
+        fsync_dir(tmp)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+        crash_point("publish")  # the new generation exists but is not committed: it must be ignored
+        stats_row = {"added": report.added, "changed": report.changed, "moved": report.moved,
+                     "removed": report.removed, "errors": len(report.errors)}
+        self.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=next_id, upserts=new_rows,
+                                 deletes=deletes, moves=moves + touched, stats=stats_row)
+        crash_point("commit")
+        self._backend, self._backend_gen = backend, new_gen
+        self._cleanup(keep=[gen, new_gen])
+        report.generation = new_gen
+        report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
+        report.seconds = time.perf_counter() - t0
+        logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
+                    report.added, report.changed, report.moved, report.removed, report.unchanged,
+                    len(report.errors), report.seconds)
+        return report
+
+    # ------------------------------------------------------------------ remove
+    def remove(self, paths: Sequence) -> int:
+        """Drop images (paths or ids) from the index; returns how many were removed. Files are not touched."""
+        with self._writer_lock():
+            return self._remove(paths)
+
+    def _remove(self, paths: Sequence) -> int:
+        gen, rows = self.catalog.snapshot()
+        by_path = {r["path"]: r for r in rows}
+        by_id = {r["id"]: r for r in rows}
+        ids = []
+        for p in paths:
+            r = by_id.get(int(p)) if (isinstance(p, int) or str(p).isdigit()) and int(p) in by_id else None
+            r = r or by_path.get(os.path.abspath(os.path.expanduser(str(p))))
+            if r is None:
+                raise ValueError(f"{p!r} is not in the index (give an indexed path or id; see 'retrieval info').")
+            ids.append(r["id"])
+        if not ids:
+            return 0
+        run_id = self.catalog.start_run(f"remove {len(ids)}")
+        backend = self._backend_for(gen)
+        self._backend = None
+        backend.remove(ids)
+        new_gen = gen + 1
+        tmp = self.path / "gens" / f"{new_gen:08d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(self._gen_dir(new_gen), ignore_errors=True)
+        tmp.mkdir(parents=True)
+        if backend.trained:
+            backend.save_state(tmp)
+        os.replace(tmp, self._gen_dir(new_gen))
+        self.catalog.commit_sync(run_id=run_id, generation=new_gen,
+                                 next_id=int(self.catalog.get_meta("next_id", 0)), upserts=[], deletes=ids,
+                                 moves=[], stats={"removed": len(ids)})
+        self._cleanup(keep=[gen, new_gen])
+        return len(ids)
+
+    # ------------------------------------------------------------------ search
+    def query_features(self, image):
+        """Features of a query: an indexed image (path or id; from the feature store) or any image file.
+
+        Returns (LocalFeatures, catalog row or None).
+        """
+        row = None
+        if isinstance(image, (int, np.integer)) or (isinstance(image, str) and image.isdigit()
+                                                     and not os.path.exists(image)):
+            row = self.catalog.row_by_id(int(image))
+            if row is None:
+                raise ValueError(f"no image with id {image} in the index {self.path}.")
+        else:
+            p = os.path.abspath(os.path.expanduser(str(image)))
+            row = self.catalog.row_by_path(p)
+            if row is None and not os.path.isfile(p):
+                raise FileNotFoundError(f"query image {str(image)!r} does not exist.")
+        if row is not None and row["status"] == "indexed":
+            f = self.store.get(row["hash"], self.extractor.config_key)
+            if f is not None:
+                return f, row
+            if not os.path.isfile(row["path"]):
+                raise ValueError(f"indexed image {row['path']!r}: its features are missing from the store and "
+                                 f"the file is gone; run 'retrieval index' again.")
+            return self.extractor(row["path"]), row
+        path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
+        return self.extractor(path), None
+
+    def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, **options) -> list[SearchHit]:
+        """Ranked results for an image (indexed path or id, or any image file), optionally restricted to a box.
+
+        Parameters
+        ----------
+        image : str, Path or int
+        bbox : "x1,y1,x2,y2" or 4 numbers or None — pixels of the original image after EXIF orientation
+        k : int — number of results
+        method, rerank : str or None — override the preset's ``search.method`` / ``search.rerank``
+        **options : backend options (``alpha`` for the object preset's delta_1 / delta_2)
+        """
+        from retrieval.core.checks import check_scalar
+        from retrieval.features import parse_box, select_in_box, subset
+
+        check_scalar(k, "k", "Index.search", low=1)
+        for attempt in range(5):
+            gen, rows = self.catalog.snapshot()
+            try:
+                backend = self._backend_for(gen) if gen else None
+                break
+            except FileNotFoundError:  # two syncs committed since our snapshot: take a fresh one
+                if attempt == 4:
+                    raise
+                time.sleep(0.1)
+        if gen == 0:
+            raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
+        feats, _ = self.query_features(image)
+        w, h = feats.image_size
+        if bbox is not None:
+            box = parse_box(bbox)
+            x1, y1, x2, y2 = box
+            if x2 <= x1 or y2 <= y1:
+                raise ValueError(f"box {bbox!r}: needs x2 > x1 and y2 > y1.")
+            if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+                raise ValueError(f"box {bbox!r} is outside the query image of size {w}x{h} "
+                                 f"(boxes are x1,y1,x2,y2 in pixels of the original image after EXIF rotation).")
+            mask = select_in_box(feats, box)
+            if not mask.any():
+                raise ValueError(f"no local features inside the box {bbox!r} of the query image: draw a larger "
+                                 f"box around a textured object.")
+            feats = subset(feats, mask)
+        else:
+            box = (0.0, 0.0, float(w - 1), float(h - 1))
+        by_id = {r["id"]: r for r in rows}
+        store, key = self.store, self.extractor.config_key
+
+        def get_features(image_id):
+            r = by_id[int(image_id)]
+            f = store.get(r["hash"], key)
+            if f is None:
+                f = self.extractor(r["path"])
+            return f
+
+        hits: list[Hit] = backend.search(feats, k=k, query_box=box, method=method, rerank=rerank,
+                                         get_features=get_features, **options)
+        out = []
+        for hit in hits:
+            r = by_id.get(hit.id)
+            if r is None:  # not in this snapshot (cannot happen with a consistent generation)
+                continue
+            out.append(SearchHit(rank=len(out) + 1, path=r["path"], score=hit.score, inliers=hit.inliers,
+                                 box=None if hit.box is None else list(hit.box), id=int(hit.id)))
+        return out
+
+    # ------------------------------------------------------------------ info
+    def info(self) -> dict:
+        """Summary: preset, model, counts by status, generation, last runs, folder size."""
+        gen, rows = self.catalog.snapshot()
+        counts = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        runs = self.catalog.runs()
+        return {
+            "index": str(self.path.resolve()),
+            "preset": {"name": self.preset["name"], "version": self.preset["version"], "kind": self.preset["kind"]},
+            "model": self.catalog.get_meta("model"),
+            "generation": gen,
+            "images": len(rows),
+            "indexed": counts.get("indexed", 0),
+            "errors": counts.get("error", 0),
+            "error_files": [{"path": r["path"], "error": r["error"]} for r in rows if r["status"] == "error"],
+            "bytes_on_disk": int(size),
+            "runs": len(runs),
+            "last_run": runs[-1] if runs else None,
+        }
+
+    def close(self) -> None:
+        self.catalog.close()

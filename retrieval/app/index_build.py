@@ -1,0 +1,97 @@
+"""The extraction and training steps of :meth:`retrieval.app.index.Index.sync` (a mixin of :class:`Index`).
+
+Moved out of ``index.py`` unchanged; the crash-safety contract is described in that module's docstring: features
+go to the feature store one complete entry at a time, the model is trained into ``model.tmp/`` and renamed into
+``model/`` when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+import numpy as np
+
+from retrieval.app.index_support import LazyFeatures, progress_callback
+from retrieval.core.persistence import crash_point
+
+logger = logging.getLogger("retrieval.app.index")
+
+
+class IndexBuildMixin:
+    """Extraction into the feature store, choice of the training images, training of the preset's model."""
+
+    def _extract(self, paths, hashes, store, extractor, workers, progress, report) -> None:
+        if not paths:
+            return
+        cb, close = progress_callback(progress, "extracting", len(paths))
+        from retrieval.features.parallel import extract_many
+
+        results = extract_many(paths, extractor, workers=workers)
+        done = 0
+        for i, res in results:
+            p = paths[i]
+            if isinstance(res, Exception):
+                reason = getattr(res, "reason", None) or str(res)
+                report.errors.append((p, reason))
+                logger.warning("cannot read %s: %s", p, reason)
+            else:
+                store.put(hashes[p], res, extractor.config_key)
+            done += 1
+            if done == 1 or done == len(paths) // 2:
+                crash_point("extract")
+            if cb:
+                cb(done, len(paths))
+        close()
+
+    def _training_paths(self, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
+        """(path, hash) of the training images: ``train_images`` or a seeded sample of the collection."""
+        explicit = self.catalog.get_meta("train_images")
+        if explicit:
+            from retrieval.features.store import file_hash
+
+            return [(p, file_hash(p)) for p in explicit]
+        pool = {r["hash"]: r["path"] for r in rows if r["status"] == "indexed"}
+        pool.update({hashes[p]: p for p in to_add if p not in failed})
+        if not pool:
+            raise ValueError("no readable image to train the model on.")
+        tr = self.preset.get("training", {})
+        order = sorted(pool)  # by content hash: independent of names and of the walk order
+        rng = np.random.default_rng(int(tr.get("random_state", 0)))
+        n = min(len(order), int(tr.get("max_images", 1000)))
+        pick = sorted(rng.choice(len(order), n, replace=False)) if n < len(order) else range(len(order))
+        return [(pool[order[i]], order[i]) for i in pick]
+
+    def _train(self, backend, train_paths, progress, workers, report) -> None:
+        store, extractor = self.store, self.extractor
+        key = extractor.config_key
+        need = [p for p, h in train_paths if (h, key) not in store]
+        self._extract(need, dict(train_paths), store, extractor, workers, progress, report)
+        ok = [(p, h) for p, h in train_paths if (h, key) in store]
+        cb, close = progress_callback(progress, "training", 3, unit="step")
+        feats = LazyFeatures(store, key, [h for _, h in ok])
+        backend.train(lambda i: feats[i], len(ok), progress=cb)
+        close()
+        import uuid
+
+        tmp = self.path / "model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        info = backend.save_model(tmp)
+        info.update(preset=self.preset["name"], preset_version=self.preset["version"], id=uuid.uuid4().hex[:12],
+                    trained_on=len(ok))
+        effective = dict(getattr(backend, "effective", {}) or {})
+        if effective:  # preset parameters reduced to fit a small training set (pipeline.record_reduction)
+            info["effective"] = effective
+        from retrieval.core.persistence import fsync_dir, write_json_atomic
+
+        write_json_atomic(tmp / "model.json", info)
+        fsync_dir(tmp)
+        shutil.rmtree(self._model_dir(), ignore_errors=True)
+        os.replace(tmp, self._model_dir())
+        meta = {"id": info["id"], "trained_on": len(ok)}
+        if effective:
+            meta["effective"] = effective
+        self.catalog.set_meta(model=meta)
+        report.trained = True

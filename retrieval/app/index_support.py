@@ -1,0 +1,156 @@
+"""Support for :mod:`retrieval.app.index`: the photo-folder walk, the result and report records, lazy feature
+access and progress bars."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp")
+
+
+@dataclass
+class SearchHit:
+    """One ranked result.
+
+    Attributes
+    ----------
+    rank : int  (1 = best)
+    path : str  (absolute path of the indexed image)
+    score : float  (first-stage similarity of the preset, higher is better)
+    inliers : int or None  (spatially verified inliers, when re-ranked)
+    box : list of 4 float or None  (matched region x1, y1, x2, y2 in the result image, original pixels)
+    id : int  (catalog id)
+    """
+
+    rank: int
+    path: str
+    score: float
+    inliers: int | None = None
+    box: list[float] | None = None
+    id: int = -1
+
+    def to_json(self) -> dict:
+        """The documented ``--json`` object: rank, path, score, and inliers / box when available."""
+        out = {"rank": self.rank, "path": self.path, "score": round(float(self.score), 6)}
+        if self.inliers is not None:
+            out["inliers"] = int(self.inliers)
+        if self.box is not None:
+            out["box"] = [round(float(v), 1) for v in self.box]
+        return out
+
+
+@dataclass
+class SyncReport:
+    """What one :meth:`Index.sync` did."""
+
+    added: int = 0
+    changed: int = 0
+    moved: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    trained: bool = False
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    generation: int = 0
+    seconds: float = 0.0
+    stage_seconds: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["errors"] = [{"path": p, "error": e} for p, e in self.errors]
+        return d
+
+
+# ---------------------------------------------------------------------------------------------- folder walk
+def walk_photos(folder) -> list[str]:
+    """Image files under ``folder``, recursively, as sorted absolute paths.
+
+    Extensions jpg/jpeg/png/tif/tiff/webp/bmp in any case; names starting with ``.`` (hidden files and folders)
+    are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
+    and inode, is skipped, which breaks symlink loops).
+    """
+    root = Path(os.path.expanduser(str(folder)))
+    if not root.exists():
+        raise FileNotFoundError(f"photo folder {str(root)!r} does not exist.")
+    if not root.is_dir():
+        raise ValueError(f"{str(root)!r} is not a folder (expected a folder of photos).")
+    out = []
+    seen = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            dirnames[:] = []
+            continue
+        seen.add(key)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if name.startswith(".") or not name.lower().endswith(IMAGE_EXTENSIONS):
+                continue
+            p = os.path.join(dirpath, name)
+            if os.path.isfile(p):
+                out.append(os.path.abspath(p))
+    return sorted(set(out))
+
+
+def file_stat(path: str) -> tuple[int, float]:
+    st = os.stat(path)
+    return int(st.st_size), float(st.st_mtime_ns) / 1e9
+
+
+def image_meta(path: str) -> tuple[int, int, int]:
+    """(width, height) after EXIF orientation, and the orientation tag, read from the header only."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        w, h = im.size
+        try:
+            orientation = int(im.getexif().get(0x0112, 1) or 1)
+        except Exception:  # noqa: BLE001 - a broken EXIF block is not an error for the catalog
+            orientation = 1
+    if orientation in (5, 6, 7, 8):
+        w, h = h, w
+    return int(w), int(h), orientation
+
+
+def progress_callback(enabled, desc: str, total: int, unit: str = "img"):
+    """A (callback, close) pair drawing a bar on stderr when ``enabled``."""
+    if not enabled:
+        return None, (lambda: None)
+    from retrieval.core.progress import callback_for, progress_bar
+
+    bar = progress_bar(total, desc, unit=unit)
+    return callback_for(bar), bar.close
+
+
+
+class LazyFeatures(Sequence):
+    """A sequence of LocalFeatures read from the feature store on access (keeps memory flat)."""
+
+    def __init__(self, store, key, hashes):
+        self.store, self.key, self.hashes = store, key, list(hashes)
+        self._meta = {}
+
+    def __len__(self):
+        return len(self.hashes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        f = self.store.get(self.hashes[i], self.key)
+        if f is None:
+            raise ValueError(f"feature-store entry {self.hashes[i]} vanished during the sync.")
+        self._meta[i] = (len(f), tuple(int(v) for v in f.image_size))
+        return f
+
+    def meta(self, i):
+        """(n_features, (width, height)) of item ``i`` (recorded when it was read)."""
+        if i not in self._meta:
+            self[i]
+        return self._meta[i]

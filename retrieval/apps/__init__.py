@@ -1,1 +1,0 @@
-"""User-facing applications: the ``retrieval`` command line."""

@@ -1,3 +1,0 @@
-from retrieval.apps.cli import main
-
-main()

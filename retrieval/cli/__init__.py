@@ -1,0 +1,1 @@
+"""The ``retrieval`` command line (click): each command a few lines over the library."""

@@ -1,0 +1,3 @@
+from retrieval.cli.main import main
+
+main()

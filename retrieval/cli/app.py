@@ -1,0 +1,256 @@
+"""CLI commands of issue 7 (application): index, query, info, remove, presets, demo.
+
+Each command is a few lines over :class:`retrieval.app.index.Index`; results on stdout, progress bars and logs on
+stderr. ``--json`` outputs are documented in docs/cli.md and docs/user-guide.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
+
+DEFAULT_INDEX = "retrieval-index"
+
+
+def _index_option(f):
+    return click.option("--index", "index_dir", default=None, metavar="DIR",
+                        help=f"Index folder (default: $RETRIEVAL_INDEX or ./{DEFAULT_INDEX}).")(f)
+
+
+def _index_dir(value) -> str:
+    return value or os.environ.get("RETRIEVAL_INDEX") or DEFAULT_INDEX
+
+
+def _quiet(ctx, quiet: bool) -> bool:
+    return quiet or bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
+
+
+@main.command("index")
+@click.argument("photo_dir", type=click.Path(file_okay=False, path_type=str))
+@_index_option
+@click.option("--preset", default=None,
+              help="Preset name (see 'retrieval presets') or a preset .json file, for a new index [default: "
+                   "default]; an existing index keeps its own (giving another one is an error).")
+@click.option("--model", "model_dir", default=None, metavar="DIR",
+              help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
+@click.option("--feature-store", default=None, metavar="DIR",
+              help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
+@click.option("--workers", type=click.IntRange(1, None), default=None, help="Extraction processes (default: cores).")
+@click.option("--skip-errors", is_flag=True, help="Exit 0 even when some files could not be read.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
+@click.pass_context
+def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, workers, skip_errors, quiet, as_json):
+    """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
+
+    New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
+    are listed on stderr and make the exit status 1 unless --skip-errors.
+    """
+    from retrieval.app.index import Index, walk_photos
+
+    index_dir = _index_dir(index_dir)
+    files = walk_photos(photo_dir)  # validates the folder before anything is created
+    if not files:
+        raise click.ClickException(f"photo folder {photo_dir!r} holds no images (jpg, jpeg, png, tif, tiff, "
+                                   f"webp, bmp; hidden files are skipped).")
+    from pathlib import Path
+
+    if preset is None and (Path(index_dir) / "catalog.db").exists():
+        idx = Index.open(index_dir)
+    else:
+        idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
+                           exist_ok=True)
+    if model_dir and idx.catalog.get_meta("model") is None:
+        idx._import_model(Path(model_dir))
+    report = idx.sync(photo_dir, workers=workers, skip_errors=skip_errors, progress=not _quiet(ctx, quiet))
+    for path, reason in report.errors:
+        click.echo(f"error: {path}: {reason}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        n = idx.catalog.count("indexed")
+        click.echo(f"{n} images indexed in {index_dir} (preset {idx.preset['name']}): {report.added} added, "
+                   f"{report.changed} changed, {report.moved} moved, {report.removed} removed, "
+                   f"{report.unchanged} unchanged, {len(report.errors)} unreadable; {report.seconds:.1f} s")
+    if report.errors:
+        click.echo(f"{len(report.errors)} file(s) could not be read (listed above).", err=True)
+        if not skip_errors:
+            ctx.exit(1)
+
+
+def _print_hits(hits, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps([h.to_json() for h in hits], indent=2))
+        return
+    for h in hits:
+        extra = ""
+        if h.inliers is not None:
+            extra += f"  inliers {h.inliers:4d}"
+        if h.box is not None:
+            extra += "  box " + ",".join(f"{v:.0f}" for v in h.box)
+        click.echo(f"{h.rank:4d}  {h.score:8.4f}  {h.path}{extra}")
+
+
+@main.command("query")
+@click.argument("image")
+@_index_option
+@click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
+              help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
+@click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of {rank, path, score, inliers?, box?}.")
+@click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
+@click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
+              "expectation, lower_bound; object: l1, l2, delta1, delta2).")
+@click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2 (object preset).")
+@click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
+def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank):
+    """Search the index with IMAGE: an indexed image (path or id) or any image file."""
+    from retrieval.app.index import Index
+
+    idx = Index.open(_index_dir(index_dir))
+    kwargs = {} if alpha is None else {"alpha": alpha}
+    hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, **kwargs)
+    _print_hits(hits, as_json)
+    if html_path:
+        from retrieval.app.gallery import write_gallery
+        from retrieval.features import parse_box
+
+        feats_row = idx.query_features(image)[1]
+        qpath = feats_row["path"] if feats_row else image
+        write_gallery(html_path, qpath, hits, query_box=None if bbox is None else parse_box(bbox),
+                      title=f"query: {os.path.basename(str(qpath))}")
+        click.echo(f"gallery written to {html_path}", err=True)
+
+
+@main.command("info")
+@_index_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def info_cmd(index_dir, as_json):
+    """Summary of an index: preset, model, counts, unreadable files, last run."""
+    from retrieval.app.index import Index
+
+    info = Index.open(_index_dir(index_dir)).info()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    p = info["preset"]
+    click.echo(f"index      {info['index']}")
+    click.echo(f"preset     {p['name']} (version {p['version']}, {p['kind']})")
+    m = info["model"] or {}
+    click.echo(f"model      {m.get('id', '-')} (trained on {m.get('trained_on', '-')} images)")
+    click.echo(f"images     {info['indexed']} indexed, {info['errors']} unreadable; generation {info['generation']}")
+    click.echo(f"disk       {info['bytes_on_disk'] / 1e6:.1f} MB")
+    if info["last_run"]:
+        r = info["last_run"]
+        click.echo(f"last run   {r['started']} {r['status']}: +{r['added'] or 0} ~{r['changed'] or 0} "
+                   f">{r['moved'] or 0} -{r['removed'] or 0}, {r['errors'] or 0} errors")
+    for e in info["error_files"]:
+        click.echo(f"unreadable {e['path']}: {e['error']}")
+
+
+@main.command("remove")
+@click.argument("paths", nargs=-1, required=True)
+@_index_option
+def remove_cmd(paths, index_dir):
+    """Drop images (paths or ids) from the index. The files themselves are not touched; a later
+    'retrieval index' of a folder that still holds them adds them back."""
+    from retrieval.app.index import Index
+
+    n = Index.open(_index_dir(index_dir)).remove(list(paths))
+    click.echo(f"{n} image(s) removed")
+
+
+@main.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON.")
+def presets_cmd(as_json):
+    """List the bundled presets, whether each is available, and what a missing one needs."""
+    from retrieval.engine.presets import describe_presets
+
+    rows = describe_presets()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        state = "available" if r["available"] else "NOT AVAILABLE"
+        click.echo(f"{r['name']:10s} v{r['version']}  {r['kind']:7s} {state}")
+        click.echo(f"           {r['description']}")
+        for m in r["missing"]:
+            click.echo(f"           needs {m}")
+
+
+@main.command("demo")
+@click.option("--out", "out_dir", default="demo-output", show_default=True, metavar="DIR",
+              help="Where the demo photos, the index and the galleries go.")
+@click.option("--preset", default="default", show_default=True, help="Preset to demonstrate.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@click.pass_context
+def demo_cmd(ctx, out_dir, preset, quiet):
+    """Build a demo photo folder (scikit-image's real photos + generated views), index it, run one image query
+    and one box query, print both ranked lists and write the HTML galleries."""
+    from pathlib import Path
+
+    from retrieval.app.demo_data import build_demo_folder
+    from retrieval.app.gallery import write_gallery
+    from retrieval.app.index import Index
+
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    photos = out / "photos"
+    made = build_demo_folder(photos)
+    n_files = len(made["photos"]) + sum(len(v) for v in made["views"].values())
+    click.echo(f"[demo] {n_files} photos in {photos} ({len(made['photos'])} scikit-image photos + generated "
+               f"views: crops, rotations, scale changes, JPEG)", err=True)
+    idx = Index.create(out / "index", preset=preset, exist_ok=True)
+    report = idx.sync(photos, progress=not _quiet(ctx, quiet))
+    click.echo(f"[demo] indexed {idx.catalog.count('indexed')} images in {report.seconds:.1f} s", err=True)
+
+    q1 = made["views"]["coffee"][0] if "coffee" in made["views"] else made["photos"][0]
+    click.echo(f"\nImage query: {q1}")
+    hits1 = idx.search(q1, k=8)
+    _print_hits(hits1, False)
+    write_gallery(out / "query-image.html", q1, hits1, title="demo: image query")
+
+    q2 = str(photos / "chelsea.png") if (photos / "chelsea.png").exists() else made["photos"][0]
+    box = (140.0, 20.0, 320.0, 200.0) if q2.endswith("chelsea.png") else None
+    click.echo(f"\nBox query: {q2} --bbox " + ("" if box is None else ",".join(f"{v:.0f}" for v in box)))
+    hits2 = idx.search(q2, bbox=box, k=8)
+    _print_hits(hits2, False)
+    write_gallery(out / "query-box.html", q2, hits2, query_box=box, title="demo: box query")
+    click.echo(f"\nGalleries: {out / 'query-image.html'}  {out / 'query-box.html'}  "
+               f"(open them in a browser)", err=True)
+    click.echo(f"[demo] done in {time.perf_counter() - t0:.1f} s", err=True)
+    sys.stdout.flush()
+
+
+@bench.command("app")
+@click.option("--minibench", "minibench_json", default=None, metavar="FILE",
+              help="minibench.json: mAP of each --preset through 'retrieval index' + 'retrieval query --json'.")
+@click.option("--n", "n_images", type=click.IntRange(1, None), default=None,
+              help="Throughput run: index N generated small images, then time queries.")
+@click.option("--queries", type=click.IntRange(1, None), default=200, show_default=True)
+@click.option("--preset", "presets", multiple=True, default=["default"], show_default=True)
+@click.option("--workdir", default="bench-app", show_default=True, help="Scratch folder (photos, indexes).")
+@click.option("--feature-store", default=None, metavar="DIR", help="Shared feature store (minibench).")
+@click.option("--workers", type=click.IntRange(1, None), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def bench_app_cmd(minibench_json, n_images, queries, presets, workdir, feature_store, workers, as_json):
+    """Application benchmarks: minibench mAP per preset, and indexing throughput / query latency."""
+    from retrieval.bench import app as app_bench
+
+    if not minibench_json and not n_images:
+        raise click.UsageError("give --minibench FILE and/or --n N")
+    out = {}
+    if minibench_json:
+        out["minibench"] = [app_bench.minibench(minibench_json, workdir, preset=p, feature_store=feature_store,
+                                                workers=workers) for p in presets]
+    if n_images:
+        out["throughput"] = app_bench.throughput(f"{workdir}/throughput-{n_images}", n=n_images, queries=queries,
+                                                 preset=presets[0], workers=workers, progress=not as_json)
+    click.echo(json.dumps(out, indent=2))

@@ -1,0 +1,193 @@
+"""CLI commands of issue 2 (features): extract, match, bench extract."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from retrieval.cli.groups import bench, main
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
+
+
+def _parse_params(items) -> dict:
+    """``KEY=VALUE`` strings -> dict, VALUE read as JSON when possible (1.0, true, 3), else as a string."""
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise click.BadParameter(f"expected KEY=VALUE, got {it!r}.", param_hint="--param")
+        k, v = it.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def _extractor(detector, max_side, params, rotation_invariant=False):
+    from retrieval.features import FeatureExtractor
+
+    params = dict(params)
+    if rotation_invariant:
+        params["rotation_invariance"] = True
+    return FeatureExtractor(detector, max_side=None if max_side == 0 else max_side, **params)
+
+
+@main.command("extract")
+@click.argument("image", type=click.Path(dir_okay=False))
+@click.option("--detector", default="hesaff", show_default=True, help="hesaff, sift or dense.")
+@click.option("--max-side", type=int, default=1024, show_default=True,
+              help="Working image size (larger side, pixels; 0 = full resolution).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Detector parameter, repeatable (e.g. --param threshold=1.0 --param rotation_invariance=true).")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the features to this .npz (frames, descriptors, image_size, header).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+def extract_cmd(image, detector, max_side, params, out, as_json):
+    """Extract the local features of IMAGE: number of features and time."""
+    from retrieval.features.store import save_features
+
+    ex = _extractor(detector, max_side, _parse_params(params))
+    t0 = time.perf_counter()
+    f = ex(image)
+    dt = time.perf_counter() - t0
+    if out:
+        save_features(out, f)
+    res = {"image": str(image), "n_features": len(f), "image_size": list(f.image_size), "seconds": round(dt, 4),
+           "detector": detector, "config_key": ex.config_key, "out": out}
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        click.echo(f"{image}: {len(f)} features ({detector}, image {f.image_size[0]}x{f.image_size[1]}) "
+                   f"in {dt:.3f} s" + (f"; written to {out}" if out else ""))
+
+
+@main.command("match")
+@click.argument("image_a", type=click.Path(dir_okay=False))
+@click.argument("image_b", type=click.Path(dir_okay=False))
+@click.option("--detector", default="hesaff", show_default=True, help="hesaff, sift or dense.")
+@click.option("--max-side", type=int, default=2048, show_default=True,
+              help="Working image size (larger side, pixels; 0 = full resolution).")
+@click.option("--rotation-invariant", is_flag=True,
+              help="Rotation-invariant descriptors (the default upright features do not match rotated images).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Detector parameter, repeatable.")
+@click.option("--ratio", type=float, default=0.9, show_default=True, help="Lowe ratio test (1 = off).")
+@click.option("--no-mutual", is_flag=True, help="Do not require mutual nearest neighbours.")
+@click.option("--method", default="magsac", show_default=True,
+              type=click.Choice(["magsac", "usac_default", "usac_accurate", "ransac", "lmeds"]),
+              help="Robust homography estimator (OpenCV USAC).")
+@click.option("--threshold", type=float, default=3.0, show_default=True, help="Inlier threshold, pixels.")
+@click.option("--no-guided", is_flag=True, help="Skip the guided-matching stage.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="Write a side-by-side picture of the inliers and A's outline in B (PNG or JPEG).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+def match_cmd(image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method, threshold,
+              no_guided, out, as_json):
+    """Match IMAGE_A to IMAGE_B: tentative matches, robust homography A -> B, inliers.
+
+    Homography and points are in pixels of the original images after EXIF orientation (centre of the top-left
+    pixel = (0, 0)).
+    """
+    from retrieval.rerank.draw import draw_matches
+    from retrieval.rerank.matching import match_images
+
+    ex = _extractor(detector, max_side, _parse_params(params), rotation_invariant)
+    t0 = time.perf_counter()
+    res = match_images(image_a, image_b, extractor=ex, ratio=None if ratio >= 1 else ratio, mutual=not no_mutual,
+                       method=method, threshold=threshold, guided=not no_guided)
+    dt = time.perf_counter() - t0
+    if out:
+        ia, ib = res.inlier_pairs[:, 0], res.inlier_pairs[:, 1]
+        draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib], homography=res.homography,
+                     out=out)
+    if as_json:
+        d = res.to_json()
+        d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
+        click.echo(json.dumps(d))
+        return
+    click.echo(f"features: {res.n_features[0]} in A, {res.n_features[1]} in B")
+    click.echo(f"tentative matches: {res.tentative}")
+    click.echo(f"inliers: {res.inliers}")
+    if res.homography is None:
+        click.echo("homography: none found")
+    else:
+        click.echo("homography A -> B:")
+        for row in res.homography:
+            click.echo("  " + "  ".join(f"{v: .6g}" for v in row))
+    if out:
+        click.echo(f"picture: {out}")
+
+
+@bench.command("extract")
+@click.option("--images", "images", required=True, type=click.Path(exists=True),
+              help="Folder of images (searched recursively) or one image.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Workers compared with 1 worker.")
+@click.option("--limit", type=int, default=0, help="Use at most this many images (0 = all).")
+@click.option("--max-side", type=int, default=1024, show_default=True, help="Working image size.")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Repetitions of the overhead timing.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@click.pass_context
+def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
+    """Extraction speed: images/s, features/image, overhead over raw pyhesaff, scaling with workers."""
+    from retrieval.bench.extract import bench_extract
+    from retrieval.core.progress import callback_for, progress_bar
+
+    p = Path(images)
+    paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+    if limit:
+        paths = paths[:limit]
+    if not paths:
+        raise click.ClickException(f"no image files found under {images}.")
+    with progress_bar(None, "overhead timing", enabled=not (ctx.obj or {}).get("quiet")) as bar:
+        res = bench_extract(paths, workers=workers, max_side=max_side, rounds=rounds, progress=callback_for(bar))
+    res["images"] = str(images)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    click.echo(f"images: {res['n_images']} (max_side {res['max_side']}), features/image: "
+               f"{res['features_per_image']:.0f}")
+    click.echo(f"overhead over raw pyhesaff on the same decoded images: x{res['overhead_ratio']:.3f} "
+               f"({res['extractor_s']:.2f} s vs {res['raw_pyhesaff_s']:.2f} s, best of {res['rounds']})")
+    for w, ips in res["images_per_s"].items():
+        click.echo(f"end to end with {w} worker(s): {ips:.2f} images/s")
+    click.echo(f"scaling {res['workers']} workers / 1 worker: x{res['scaling']:.2f} including the pool start-up, "
+               f"x{res['scaling_warm_pool']:.2f} with a warm pool")
+
+
+@bench.command("match")
+@click.option("--data", type=click.Path(exists=True, file_okay=False), default="../shared/data", show_default=True,
+              help="Shared data folder with opencv_samples/ and homogr/.")
+@click.option("--detector", default="hesaff", show_default=True, help="hesaff, sift or dense.")
+@click.option("--max-side", type=int, default=2048, show_default=True, help="Working image size (0 = full).")
+@click.option("--rotation-invariant", is_flag=True, help="Rotation-invariant descriptors.")
+@click.option("--plain", is_flag=True, help="The plain pipeline: ratio 0.8, no mutual NN, no guided matching.")
+@click.option("--feature-store", type=click.Path(file_okay=False), default=None,
+              help="Feature-store folder to reuse extracted features.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature_store, as_json):
+    """Matching accuracy: graf1 -> graf3 inliers and grid error, median error on the 16 homogr pairs."""
+    from retrieval.bench.extract import bench_match
+    from retrieval.features.store import FeatureStore
+    from retrieval.rerank.matching import MATCH_DEFAULTS
+
+    ex = _extractor(detector, max_side, {}, rotation_invariant)
+    params = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
+    if plain:
+        params.update(ratio=0.8, mutual=False, guided=False)
+    res = bench_match(data, extractor=ex, match_params=params,
+                      store=FeatureStore(feature_store) if feature_store else None)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    g = res["graf"]
+    click.echo(f"graf1->graf3: {g['n_features'][0]}/{g['n_features'][1]} features, {g['tentative']} tentative, "
+               f"{g['inliers']} inliers ({g.get('inliers_within_3px_of_truth')} within 3 px of H13), grid median "
+               f"error {g.get('grid_median_px', float('nan')):.2f} px; ratio-0.8 matches within 3 px: "
+               f"{g['ratio0.8_within_3px']}")
+    for name, p in res["homogr"].items():
+        e = "none" if p["median_px"] is None else f"{p['median_px']:.2f} px"
+        click.echo(f"  {name:14s} {e:>10s}  ({p['inliers']} inliers)")
+    click.echo(f"homogr pairs within 3 px: {res['homogr_within_3px']}/16")

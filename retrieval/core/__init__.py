@@ -1,0 +1,1 @@
+"""Shared low-level pieces: parameter checks, persistence (atomic writes, estimator files, crash points), progress."""

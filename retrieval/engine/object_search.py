@@ -1,0 +1,428 @@
+"""Object retrieval by bounding box (seed 003): large-vocabulary BoW, inverted file, exact and spatial re-ranking.
+
+Pipeline of :class:`ObjectSearcher`:
+
+1. the query object Q is the BoW histogram of the query features whose centre lies in the box (seed 003
+   section 2.2, "computed from the descriptors appearing in the ROI"), words from a large vocabulary
+   (:class:`~retrieval.aggregation.large_vocabulary.ApproximateKMeans`), hard or soft (3 words) assignment,
+   idf-weighted;
+2. every database image is scored through the inverted file (:class:`~retrieval.search.invfile.InvertedFile`)
+   with l1/l2 (eq. 1), delta_1 (eq. 8-9) or delta_2 (eq. 10-11);
+3. the top ``shortlist`` (R = 200) are re-scored exactly, in float64, on their full histograms (with the query
+   weight wbar / w of step 2, which eq. 9 / 11 define over the whole database);
+4. spatial verification (Philbin et al. CVPR 2007): tentative correspondences are the feature pairs that share a
+   visual word; ``retrieval.rerank.verification.verify_affine`` fits an affine transform from single affine-frame
+   correspondences refined by LO-RANSAC; images are re-ranked by their number of inliers and the query box is
+   projected through the transform to report the matched box in each database image;
+5. optionally, average query expansion (Chum et al. ICCV 2007): the query histogram is averaged with the
+   histograms of the verified images' features inside their matched boxes, and steps 2-4 are run again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.rerank.spatial import distinct_inliers
+from retrieval.search import dissimilarities as dis
+from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ObjectHit", "ObjectSearcher", "project_box"]
+
+FORMAT = "retrieval-object-searcher"
+FORMAT_VERSION = 1
+RERANK = ("none", "exact", "spatial")
+
+
+@dataclass(frozen=True)
+class ObjectHit:
+    """One result: database id, score (dissimilarity; smaller is better), inliers (spatial verification, 0 if
+    not verified), box ``(x1, y1, x2, y2)`` in the database image's original pixels (None if not verified)."""
+
+    id: int
+    score: float
+    inliers: int = 0
+    box: tuple | None = None
+
+
+def project_box(box, transform, image_size=None):
+    """Project a box through a 2x3 affine or 3x3 homography; bounding box of the 4 projected corners.
+
+    Parameters
+    ----------
+    box : (x1, y1, x2, y2)
+    transform : ndarray of shape (2, 3) or (3, 3), mapping query pixels to database pixels
+    image_size : (w, h) or None -- clip to ``[0, w-1] x [0, h-1]``
+
+    Returns
+    -------
+    tuple of 4 floats, or None if the projection is degenerate
+    """
+    x1, y1, x2, y2 = (float(v) for v in box)
+    T = np.asarray(transform, dtype=np.float64)
+    if T.shape == (2, 3):
+        T = np.vstack([T, [0.0, 0.0, 1.0]])
+    if T.shape != (3, 3):
+        raise ValueError(f"transform must have shape (2, 3) or (3, 3); got {T.shape}.")
+    pts = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]], dtype=np.float64) @ T.T
+    if np.any(np.abs(pts[:, 2]) < 1e-12):
+        return None
+    xy = pts[:, :2] / pts[:, 2:3]
+    lo, hi = xy.min(axis=0), xy.max(axis=0)
+    if image_size is not None:
+        w, h = image_size
+        lo = np.minimum(np.maximum(lo, 0.0), [w - 1, h - 1])
+        hi = np.minimum(np.maximum(hi, 0.0), [w - 1, h - 1])
+    if not np.all(np.isfinite(np.concatenate([lo, hi]))):
+        return None
+    return (float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1]))
+
+
+def box_iou(a, b) -> float:
+    """Intersection over union of two boxes ``(x1, y1, x2, y2)`` (continuous coordinates)."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    ua = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / ua) if ua > 0 else 0.0
+
+
+def _descriptors(features, rootsift):
+    d = np.asarray(features.descriptors)
+    if d.dtype == np.uint8 and rootsift:
+        from retrieval.features import root_sift
+
+        return np.ascontiguousarray(root_sift(d), dtype=np.float32)
+    return np.ascontiguousarray(d, dtype=np.float32)
+
+
+class ObjectSearcher:
+    """Self-contained object search engine over local features (seed 003 + Philbin 2007/2008 + Chum 2007).
+
+    Parameters
+    ----------
+    n_words : int -- vocabulary size (100k-1M for large databases)
+    assignment : {"hard", "soft"} -- soft = 3 nearest words with Gaussian weights (Philbin et al. 2008)
+    idf : bool -- idf weighting (seed 003 section 2.2)
+    shortlist : int -- R, images re-ranked exactly and spatially (200)
+    min_inliers : int -- an image counts as verified with at least this many inliers
+    rootsift : bool -- turn uint8 SIFT into RootSIFT before assignment
+    max_train_descriptors : int -- descriptors sampled for vocabulary training
+    vocabulary_params : dict or None -- extra parameters of :class:`ApproximateKMeans` (n_iter, nprobe, ...)
+    random_state : None, int or Generator
+
+    Attributes
+    ----------
+    vocabulary_ : ApproximateKMeans
+    invfile_ : InvertedFile
+    """
+
+    def __init__(self, n_words: int = 100_000, *, assignment: str = "hard", idf: bool = True,
+                 shortlist: int = 200, min_inliers: int = 5, rootsift: bool = True,
+                 max_train_descriptors: int = 1_000_000, vocabulary_params: dict | None = None,
+                 random_state=None):
+        self.n_words = n_words
+        self.assignment = assignment
+        self.idf = idf
+        self.shortlist = shortlist
+        self.min_inliers = min_inliers
+        self.rootsift = rootsift
+        self.max_train_descriptors = max_train_descriptors
+        self.vocabulary_params = vocabulary_params
+        self.random_state = random_state
+        self._fwd = {}  # id -> (words (F, r) int32, weights (F, r) float32, frames (F, 6) float32, size (w, h))
+
+    def _check_params(self):
+        own = type(self).__name__
+        check_scalar(self.n_words, "n_words", own, low=1)
+        check_choice(self.assignment, "assignment", own, ("hard", "soft"))
+        check_scalar(self.shortlist, "shortlist", own, low=1)
+        check_scalar(self.min_inliers, "min_inliers", own, low=1)
+        check_scalar(self.max_train_descriptors, "max_train_descriptors", own, low=1)
+
+    # ------------------------------------------------------------------ training and indexing
+    def fit(self, features_list, y=None) -> ObjectSearcher:
+        """Train the vocabulary on (a sample of) the descriptors of a list of :class:`LocalFeatures`."""
+        self._check_params()
+        rng = check_random_state(self.random_state)
+        descs = [_descriptors(f, self.rootsift) for f in features_list]
+        X = np.concatenate(descs) if descs else np.zeros((0, 128), np.float32)
+        if X.shape[0] > self.max_train_descriptors:
+            X = X[np.sort(rng.choice(X.shape[0], self.max_train_descriptors, replace=False))]
+        if X.shape[0] < self.n_words:
+            raise ValueError(f"fit needs at least n_words={self.n_words} descriptors; got {X.shape[0]}.")
+        params = dict(self.vocabulary_params or {})
+        self.vocabulary_ = ApproximateKMeans(self.n_words, random_state=rng, **params).fit(X)
+        self.vocabulary_.random_state = None
+        self.invfile_ = InvertedFile(self.n_words, idf=self.idf)
+        self._fwd = {}
+        return self
+
+    def _assign(self, desc):
+        """Words (F, r) int32 and weights (F, r) float32 of descriptors (r = 1 hard, 3 soft)."""
+        if desc.shape[0] == 0:
+            r = 1 if self.assignment == "hard" else 3
+            return np.zeros((0, r), np.int32), np.zeros((0, r), np.float32)
+        if self.assignment == "hard":
+            w = self.vocabulary_.predict(desc)[:, None]
+            return w.astype(np.int32), np.ones(w.shape, np.float32)
+        w, wt = self.vocabulary_.soft_assign(desc, r=3)
+        return w.astype(np.int32), wt.astype(np.float32)
+
+    def add(self, ids, features_list) -> ObjectSearcher:
+        """Index images: ids (n,) integers (new), features_list: n :class:`LocalFeatures`."""
+        check_is_fitted(self, ["vocabulary_"])
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"ids must be a 1-d integer array; got shape {ids.shape} and dtype {ids.dtype}.")
+        if len(features_list) != ids.shape[0]:
+            raise ValueError(f"ids has {ids.shape[0]} entries but features_list holds {len(features_list)}.")
+        items = []
+        entries = {}
+        for i, f in zip(ids.tolist(), features_list, strict=True):
+            w, wt = self._assign(_descriptors(f, self.rootsift))
+            entries[int(i)] = (w, wt, np.asarray(f.frames, np.float32), tuple(int(v) for v in f.image_size))
+            items.append((w.ravel(), wt.ravel()))
+        self.invfile_.add(ids.astype(np.int64), items)   # validates ids (duplicates, already indexed)
+        self._fwd.update(entries)
+        return self
+
+    def remove(self, ids) -> int:
+        """Remove images by id; returns how many were indexed."""
+        check_is_fitted(self, ["vocabulary_"])
+        n = self.invfile_.remove(ids)
+        for i in np.asarray(ids, dtype=np.int64).ravel().tolist():
+            self._fwd.pop(int(i), None)
+        return n
+
+    @property
+    def ntotal(self) -> int:
+        return self.invfile_.ntotal if hasattr(self, "invfile_") else 0
+
+    # ------------------------------------------------------------------ search
+    def _histogram(self, words, weights):
+        w, tf = histogram_rows([(np.asarray(words).ravel(), np.asarray(weights).ravel())], self.n_words)[0]
+        return w, tf
+
+    def _exact(self, qw, qtf, cand, method, weight):
+        """Exact float64 dissimilarities (seed 003 eq. 1, 8, 10) between Q and the full histograms of cand."""
+        idf = self.invfile_.idf_
+        out = np.empty(len(cand), dtype=np.float64)
+        for n, i in enumerate(cand):
+            words, weights, _, _ = self._fwd[int(i)]
+            tw, ttf = self._histogram(words, weights)
+            ttf = ttf.astype(np.float32).astype(np.float64)      # as stored in the postings
+            sup = np.union1d(qw, tw)
+            Q = np.zeros(sup.shape[0])
+            T = np.zeros(sup.shape[0])
+            Q[np.searchsorted(sup, qw)] = qtf * idf[qw]
+            T[np.searchsorted(sup, tw)] = ttf * idf[tw]
+            if method == "l1":
+                out[n] = dis.lp_distance(Q, T, 1)[0]
+            elif method == "l2":
+                out[n] = dis.lp_distance(Q, T, 2)[0]
+            elif method == "delta1":
+                out[n] = dis.delta1(Q, T, weight)[0]
+            else:
+                out[n] = dis.delta2(Q, T, weight)[0]
+        return out
+
+    def _verify(self, q_frames, q_words, i, get_features):
+        """Spatial verification of database image i: (inliers, transform or None)."""
+        from retrieval.rerank.verification import verify_affine
+
+        words, _, frames, _ = self._fwd[int(i)]
+        if get_features is not None:
+            frames = np.asarray(get_features(int(i)).frames, np.float32)
+        db_words = words[:, 0]
+        matches = _word_matches(q_words, db_words)
+        if matches.shape[0] < 3:
+            return 0, None
+        mask, transform = verify_affine(q_frames, frames, matches)
+        n_in = distinct_inliers(matches, mask)
+        return n_in, (None if transform is None else np.asarray(transform, np.float64))
+
+    def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
+               rerank: str = "spatial", get_features=None, query_expansion: bool = False,
+               exclude=None) -> list[ObjectHit]:
+        """Search the object in ``bbox`` (x1, y1, x2, y2, original pixels; None = whole image).
+
+        Parameters
+        ----------
+        query_features : LocalFeatures of the query image (frames in original pixels)
+        bbox : str or 4 numbers or None
+        k : int -- number of hits
+        method : {"l1", "l2", "delta1", "delta2"}
+        alpha : float -- alpha_1 (eq. 9) or alpha_2 (eq. 11)
+        rerank : {"none", "exact", "spatial"}
+        get_features : callable(id) -> LocalFeatures or None -- frames for verification (default: stored ones)
+        query_expansion : bool -- average query expansion (needs rerank="spatial")
+        exclude : iterable of ids or None -- ids never returned (e.g. the query image itself)
+
+        Returns
+        -------
+        list of :class:`ObjectHit`, best first (verified images by decreasing inliers, then by score)
+        """
+        check_is_fitted(self, ["vocabulary_"])
+        check_scalar(k, "k", "ObjectSearcher.search", low=1)
+        check_choice(method, "method", "ObjectSearcher.search", METHODS)
+        check_scalar(alpha, "alpha", "ObjectSearcher.search", kind=numbers.Real, low=0, closed="neither")
+        check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
+        if query_expansion and rerank != "spatial":
+            raise ValueError("query_expansion needs rerank='spatial' (it averages verified results).")
+        from retrieval.features import parse_box, select_in_box
+
+        if bbox is not None:
+            box = parse_box(bbox)
+            mask = select_in_box(query_features, box)
+        else:
+            w, h = query_features.image_size
+            box = (0.0, 0.0, float(w - 1), float(h - 1))
+            mask = np.ones(len(query_features), dtype=bool)
+        q_frames = np.asarray(query_features.frames, np.float32)[mask]
+        q_desc = _descriptors(query_features, self.rootsift)[mask]
+        q_words, q_weights = self._assign(q_desc)
+        qw, qtf = self._histogram(q_words, q_weights)
+        excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
+        hits, verified = self._search_hist(qw, qtf, q_frames, q_words[:, 0], box, k, method, float(alpha), rerank,
+                                           get_features, excl)
+        if query_expansion and verified:
+            hw, htf = [qw], [qtf]
+            for hit in verified[:10]:
+                words, weights, frames, _ = self._fwd[hit.id]
+                inside = select_in_box(frames, hit.box)
+                if inside.any():
+                    w2, t2 = self._histogram(words[inside], weights[inside])
+                    hw.append(w2)
+                    htf.append(t2)
+            allw = np.concatenate(hw)
+            allt = np.concatenate(htf) / len(hw)
+            qw2, qtf2 = self._histogram(allw, allt)
+            hits, _ = self._search_hist(qw2, qtf2, q_frames, q_words[:, 0], box, k, method, float(alpha), rerank,
+                                        get_features, excl)
+        return hits
+
+    def _search_hist(self, qw, qtf, q_frames, q_hard, box, k, method, alpha, rerank, get_features, excl):
+        inv = self.invfile_
+        inv._commit()
+        scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
+        if excl:
+            scores = np.where(np.isin(inv.ids_, list(excl)), np.inf, scores)
+        n_valid = int(np.isfinite(scores).sum())
+        R = min(max(self.shortlist, k), n_valid)
+        top = topk_smallest(scores, R)
+        ids = inv.ids_[top]
+        sc = scores[top]
+        if rerank == "none":
+            return [ObjectHit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
+        sc = self._exact(qw, qtf, ids, method, weight)
+        order = np.lexsort((np.arange(len(ids)), sc))
+        ids, sc = ids[order], sc[order]
+        if rerank == "exact":
+            return [ObjectHit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
+        inl = np.zeros(len(ids), dtype=np.int64)
+        boxes = [None] * len(ids)
+        for n, i in enumerate(ids):
+            n_in, T = self._verify(q_frames, q_hard, i, get_features)
+            if n_in >= self.min_inliers and T is not None:
+                inl[n] = n_in
+                boxes[n] = project_box(box, T, self._fwd[int(i)][3])
+        order = np.lexsort((np.arange(len(ids)), sc, -inl))
+        hits = [ObjectHit(int(ids[n]), float(sc[n]), int(inl[n]), boxes[n]) for n in order]
+        verified = [h for h in hits if h.inliers >= self.min_inliers and h.box is not None]
+        return hits[:k], verified
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder) -> Path:
+        """Folder: ``header.json``, ``vocabulary.npz``, ``invfile/``, forward arrays (``fwd_*.npy``)."""
+        from retrieval import __version__
+
+        check_is_fitted(self, ["vocabulary_"])
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.vocabulary_.save(folder / "vocabulary.npz")
+        self.invfile_.save(folder / "invfile")
+        order = [int(i) for i in self.invfile_.ids_.tolist()]
+        r = 1 if self.assignment == "hard" else 3
+        counts = np.array([self._fwd[i][0].shape[0] for i in order], dtype=np.int64)
+        indptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+
+        def cat(j, shape, dt):
+            return np.concatenate([self._fwd[i][j] for i in order]).astype(dt) if order else np.zeros(shape, dt)
+
+        save_npy_atomic(folder / "fwd_ids.npy", np.asarray(order, dtype=np.int64))
+        save_npy_atomic(folder / "fwd_indptr.npy", indptr)
+        save_npy_atomic(folder / "fwd_words.npy", cat(0, (0, r), np.int32))
+        save_npy_atomic(folder / "fwd_weights.npy", cat(1, (0, r), np.float32))
+        save_npy_atomic(folder / "fwd_frames.npy", cat(2, (0, 6), np.float32))
+        save_npy_atomic(folder / "fwd_sizes.npy", np.array([self._fwd[i][3] for i in order], np.int64).reshape(-1, 2))
+        params = {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers",
+                                                "rootsift", "max_train_descriptors", "vocabulary_params")}
+        write_json_atomic(folder / "header.json", {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "class": "retrieval.engine.object_search.ObjectSearcher",
+            "library_version": __version__, "params": params, "ntotal": len(order)})
+        return folder
+
+    @classmethod
+    def load(cls, folder, *, mmap: bool = True) -> ObjectSearcher:
+        """Open a folder written by :meth:`save` (postings and forward arrays memory-mapped when ``mmap``)."""
+        folder = Path(folder)
+        hpath = folder / "header.json"
+        if not hpath.exists():
+            raise FileNotFoundError(f"{folder}: no object searcher here (header.json missing).")
+        header = json.loads(hpath.read_text())
+        if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
+            raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
+                              f"expected {FORMAT!r} version {FORMAT_VERSION}.")
+        obj = cls(**header["params"])
+        obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
+        obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)
+        mode = "r" if mmap else None
+        ld = {n: np.load(folder / f"fwd_{n}.npy", mmap_mode=mode, allow_pickle=False)
+              for n in ("ids", "indptr", "words", "weights", "frames", "sizes")}
+        ind = np.asarray(ld["indptr"])
+        for j, i in enumerate(np.asarray(ld["ids"]).tolist()):
+            a, b = ind[j], ind[j + 1]
+            obj._fwd[int(i)] = (ld["words"][a:b], ld["weights"][a:b], ld["frames"][a:b],
+                                tuple(int(v) for v in ld["sizes"][j]))
+        return obj
+
+
+def _word_matches(q_words, db_words, max_pairs_per_word: int = 16):
+    """Tentative correspondences: pairs (query feature, db feature) with the same visual word.
+
+    Bursty words (more than ``max_pairs_per_word`` pairs) are skipped, as is usual in spatial verification.
+
+    Returns
+    -------
+    ndarray of shape (m, 2), int64 -- (index into q_words, index into db_words)
+    """
+    q_words = np.asarray(q_words, np.int64)
+    db_words = np.asarray(db_words, np.int64)
+    qo = np.argsort(q_words, kind="stable")
+    do = np.argsort(db_words, kind="stable")
+    qs, ds = q_words[qo], db_words[do]
+    common = np.intersect1d(qs, ds)
+    if common.size == 0:
+        return np.zeros((0, 2), np.int64)
+    qa, qb = np.searchsorted(qs, common, "left"), np.searchsorted(qs, common, "right")
+    da, db = np.searchsorted(ds, common, "left"), np.searchsorted(ds, common, "right")
+    pairs = []
+    for a1, b1, a2, b2 in zip(qa.tolist(), qb.tolist(), da.tolist(), db.tolist(), strict=True):
+        if (b1 - a1) * (b2 - a2) > max_pairs_per_word:
+            continue
+        for x in qo[a1:b1]:
+            for y in do[a2:b2]:
+                pairs.append((x, y))
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

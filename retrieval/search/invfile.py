@@ -1,0 +1,558 @@
+"""Bag-of-words inverted file scored with l1/l2 (seed 003 eq. 1) and the asymmetric delta_1/delta_2 (eq. 8-11).
+
+Layout (seed 003 section 3.3): postings in CSR order, word ``l`` owns ``postings_ids[indptr[l]:indptr[l+1]]``
+(uint32 internal image numbers) and ``postings_tf[...]`` (float32 term frequencies: counts for hard assignment,
+summed weights for soft assignment) -- 8 bytes per posting. idf is applied on the fly, so that an add or a
+delete only changes ``idf_`` and the per-image norms ``||T_j||_1`` and ``||T_j||_2`` of the idf-weighted
+histograms, which are recomputed in one pass when the index changes ("pre-computed during the offline indexing
+stage").
+
+Scoring visits only the postings of the query's words and accumulates, per image, the shared-component terms:
+
+- l1 (eq. 1, p = 1): ``||Qh - Th_j||_1 = |Qh|_1 + |Th_j|_1 - 2 sum_l min(Qh_l, Th_jl)`` with ``Xh = X / ||X||_1``;
+- l2 (eq. 1, p = 2): ``||Qh - Th_j||_2 = sqrt(|Qh|^2 + |Th_j|^2 - 2 Qh . Th_j)`` with ``Xh = X / ||X||_2``;
+- delta1 (eq. 8): ``||T_j||_1 - wbar ||min(Q, T_j)||_1`` with ``wbar`` from ``alpha_1`` by eq. 9;
+- delta2 (eq. 10): ``w sqrt(|Q|^2 - 2 Q.m_j + |m_j|^2) + sqrt(|T_j|^2 - 2 T_j.m_j + |m_j|^2)``, ``m_j = min(Q, T_j)``,
+  ``w`` from ``alpha_2`` by eq. 11;
+
+images sharing no word with the query get the closed form of the same expression with zero shared terms, so the
+scores of ALL images equal the dense formulas of :mod:`retrieval.search.dissimilarities`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from retrieval.core.checks import check_choice, check_scalar
+from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["InvertedFile", "histogram_rows", "METHODS"]
+
+METHODS = ("l1", "l2", "delta1", "delta2")
+FORMAT = "retrieval-invfile"
+FORMAT_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# numba kernels
+
+
+@njit(cache=True)
+def _acc_min(indptr, pids, ptf, qwords, qvals, idf, acc):
+    """delta1: acc[j] += min(Q_l, idf_l t_jl); returns the total sum over all postings (eq. 9 denominator)."""
+    total = 0.0
+    for i in range(qwords.shape[0]):
+        w = qwords[i]
+        q = qvals[i]
+        f = idf[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            t = f * ptf[p]
+            m = q if q < t else t
+            acc[pids[p]] += m
+            total += m
+    return total
+
+
+@njit(cache=True)
+def _acc_min_normalized(indptr, pids, ptf, qwords, qvals, idf, inv_norm, acc):
+    """l1: acc[j] += min(Qh_l, idf_l t_jl / ||T_j||_1)."""
+    for i in range(qwords.shape[0]):
+        w = qwords[i]
+        q = qvals[i]
+        f = idf[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            j = pids[p]
+            t = f * ptf[p] * inv_norm[j]
+            acc[j] += q if q < t else t
+
+
+@njit(cache=True)
+def _acc_dot(indptr, pids, ptf, qwords, qvals, idf, acc):
+    """l2: acc[j] += Q_l idf_l t_jl."""
+    for i in range(qwords.shape[0]):
+        w = qwords[i]
+        qf = qvals[i] * idf[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            acc[pids[p]] += qf * ptf[p]
+
+
+@njit(cache=True)
+def _acc_delta2(indptr, pids, ptf, qwords, qvals, idf, acc3):
+    """delta2: acc3[j] += (T_jl m_l, Q_l m_l, m_l^2) with m_l = min(Q_l, idf_l t_jl)."""
+    for i in range(qwords.shape[0]):
+        w = qwords[i]
+        q = qvals[i]
+        f = idf[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            j = pids[p]
+            t = f * ptf[p]
+            m = q if q < t else t
+            acc3[j, 0] += t * m
+            acc3[j, 1] += q * m
+            acc3[j, 2] += m * m
+
+
+@njit(cache=True)
+def _norms(indptr, pids, ptf, idf, n_images, out1, out2):
+    """Per-image ||T_j||_1 and ||T_j||_2^2 of the idf-weighted histograms, one pass over all postings."""
+    for j in range(n_images):
+        out1[j] = 0.0
+        out2[j] = 0.0
+    for w in range(indptr.shape[0] - 1):
+        f = idf[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            t = f * ptf[p]
+            out1[pids[p]] += t
+            out2[pids[p]] += t * t
+
+
+@njit(cache=True)
+def _merge(old_indptr, old_ids, old_tf, new_indptr_add, add_ids, add_tf, out_indptr, out_ids, out_tf):
+    """CSR merge: for each word, the old postings then the added ones (both already grouped by word)."""
+    n_words = old_indptr.shape[0] - 1
+    out_indptr[0] = 0
+    pos = 0
+    for w in range(n_words):
+        for p in range(old_indptr[w], old_indptr[w + 1]):
+            out_ids[pos] = old_ids[p]
+            out_tf[pos] = old_tf[p]
+            pos += 1
+        for p in range(new_indptr_add[w], new_indptr_add[w + 1]):
+            out_ids[pos] = add_ids[p]
+            out_tf[pos] = add_tf[p]
+            pos += 1
+        out_indptr[w + 1] = pos
+
+
+@njit(cache=True)
+def _filter(indptr, pids, ptf, remap, out_indptr, out_ids, out_tf):
+    """Drop postings of removed images (remap < 0) and renumber the others; returns the new posting count."""
+    pos = 0
+    out_indptr[0] = 0
+    for w in range(indptr.shape[0] - 1):
+        for p in range(indptr[w], indptr[w + 1]):
+            r = remap[pids[p]]
+            if r >= 0:
+                out_ids[pos] = r
+                out_tf[pos] = ptf[p]
+                pos += 1
+        out_indptr[w + 1] = pos
+    return pos
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# input conversion
+
+
+def histogram_rows(X, n_words: int, name: str = "X"):
+    """Turn images' visual words into sparse histogram rows.
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix of shape (n, n_words), or a list of items, each either
+        an int array of shape (m,) (one word per feature, hard assignment: tf = counts) or
+        a pair ``(words, weights)`` of arrays of shape (m,) (soft assignment: tf = summed weights).
+    n_words : int
+    name : str
+
+    Returns
+    -------
+    list of (words, tf) : words int64 sorted unique of shape (u,), tf float64 of shape (u,) (all > 0).
+    """
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover
+        sp = None
+    rows = []
+    if sp is not None and sp.issparse(X):
+        X = sp.csr_matrix(X)
+        if X.shape[1] != n_words:
+            raise ValueError(f"{name} must have {n_words} columns (the vocabulary size); got shape {X.shape}.")
+        X.sum_duplicates()
+        for i in range(X.shape[0]):
+            a, b = X.indptr[i], X.indptr[i + 1]
+            words = X.indices[a:b].astype(np.int64)
+            tf = X.data[a:b].astype(np.float64)
+            rows.append(_clean(words, tf, n_words, f"{name}[{i}]"))
+        return rows
+    if isinstance(X, np.ndarray) and X.ndim == 1 and X.dtype.kind in "iu":
+        X = [X]
+    for i, item in enumerate(X):
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise ValueError(f"{name}[{i}] must be a (words, weights) pair; got a tuple of {len(item)}.")
+            words = np.asarray(item[0])
+            weights = np.asarray(item[1], dtype=np.float64).ravel()
+        else:
+            words = np.asarray(item)
+            weights = None
+        if words.size and words.dtype.kind not in "iu":
+            raise ValueError(f"{name}[{i}] word indices must be integers; got dtype {words.dtype}.")
+        words = words.astype(np.int64).ravel()
+        if weights is None:
+            weights = np.ones(words.shape[0], dtype=np.float64)
+        if weights.shape[0] != words.shape[0]:
+            raise ValueError(f"{name}[{i}]: {words.shape[0]} words but {weights.shape[0]} weights.")
+        rows.append(_clean(words, weights, n_words, f"{name}[{i}]"))
+    return rows
+
+
+def _clean(words, tf, n_words, where):
+    if words.size and (words.min() < 0 or words.max() >= n_words):
+        raise ValueError(f"{where}: word indices must be in [0, {n_words}); got range [{words.min()}, {words.max()}].")
+    if tf.size and (not np.isfinite(tf).all() or (tf < 0).any()):
+        raise ValueError(f"{where}: term weights must be finite and non-negative.")
+    uw, inv = np.unique(words, return_inverse=True)
+    acc = np.zeros(uw.shape[0], dtype=np.float64)
+    np.add.at(acc, inv, tf)
+    keep = acc > 0
+    return uw[keep], acc[keep]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class InvertedFile:
+    """Inverted file over BoW histograms, scored through the postings only (seed 003 section 3.3).
+
+    Parameters
+    ----------
+    n_words : int
+        Vocabulary size k.
+    idf : bool
+        Weight histograms (query and database) by ``idf_l = log(N / n_l)`` computed on the indexed images
+        (seed 003 section 2.2). Recomputed, with the norms, whenever images are added or removed.
+
+    Attributes
+    ----------
+    indptr_ : ndarray of shape (n_words + 1,), dtype int64
+    postings_ids_ : ndarray of shape (P,), dtype uint32 -- internal image numbers
+    postings_tf_ : ndarray of shape (P,), dtype float32 -- term frequencies
+    ids_ : ndarray of shape (ntotal,), dtype int64 -- external id of each internal image number
+    idf_ : ndarray of shape (n_words,), dtype float64
+    norm1_, norm2_ : ndarray of shape (ntotal,), dtype float64 -- ||T_j||_1 and ||T_j||_2 (idf-weighted)
+    """
+
+    def __init__(self, n_words: int, *, idf: bool = True):
+        self.n_words = n_words
+        self.idf = idf
+        check_scalar(n_words, "n_words", "InvertedFile", low=1)
+        if not isinstance(idf, bool):
+            raise ValueError(f"The 'idf' parameter of InvertedFile must be a bool. Got {idf!r} instead.")
+        self.indptr_ = np.zeros(n_words + 1, dtype=np.int64)
+        self.postings_ids_ = np.zeros(0, dtype=np.uint32)
+        self.postings_tf_ = np.zeros(0, dtype=np.float32)
+        self.ids_ = np.zeros(0, dtype=np.int64)
+        self.idf_ = np.zeros(n_words, dtype=np.float64) if idf else np.ones(n_words, dtype=np.float64)
+        self.norm1_ = np.zeros(0, dtype=np.float64)
+        self.norm2_ = np.zeros(0, dtype=np.float64)
+        self._pending = []  # (words int64, internal ids int64, tf float64)
+        self._pending_ids = []
+        self._id_set = set()
+        self._dirty = False
+        self._sum_norm1 = 0.0
+        self._norm2sq = np.zeros(0, dtype=np.float64)
+
+    # ------------------------------------------------------------------ construction
+    @property
+    def ntotal(self) -> int:
+        """Number of indexed images (pending additions included)."""
+        return int(self.ids_.shape[0]) + sum(len(x) for x in self._pending_ids)
+
+    @property
+    def n_postings(self) -> int:
+        self._commit()
+        return int(self.postings_ids_.shape[0])
+
+    @property
+    def bytes_per_posting(self) -> int:
+        """Bytes per posting of the CSR arrays (ids + tf): 8."""
+        return self.postings_ids_.dtype.itemsize + self.postings_tf_.dtype.itemsize
+
+    def add(self, ids, X) -> InvertedFile:
+        """Index images.
+
+        Parameters
+        ----------
+        ids : array-like of shape (n,), integer -- external ids, unique and not already indexed
+        X : scipy.sparse (n, n_words) or list of n word arrays / (words, weights) pairs (see :func:`histogram_rows`)
+        """
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise ValueError(f"ids must be a 1-d integer array; got shape {ids.shape} and dtype {ids.dtype}.")
+        ids = ids.astype(np.int64)
+        rows = histogram_rows(X, self.n_words, "X")
+        if len(rows) != ids.shape[0]:
+            raise ValueError(f"ids has {ids.shape[0]} entries but X holds {len(rows)} images.")
+        if len(set(ids.tolist())) != ids.shape[0]:
+            raise ValueError("ids contains duplicates; each image needs its own id.")
+        clash = self._id_set.intersection(ids.tolist())
+        if clash:
+            raise ValueError(f"ids already indexed: {sorted(clash)[:10]}; remove them first.")
+        start = self.ntotal
+        if start + len(rows) >= 2**32:
+            raise ValueError("InvertedFile holds at most 2**32 - 1 images (uint32 postings).")
+        internal = np.concatenate([np.full(r[0].shape[0], start + i, dtype=np.int64) for i, r in enumerate(rows)]
+                                  ) if rows else np.zeros(0, np.int64)
+        words = np.concatenate([r[0] for r in rows]) if rows else np.zeros(0, np.int64)
+        tf = np.concatenate([r[1] for r in rows]) if rows else np.zeros(0)
+        self._pending.append((words, internal, tf))
+        self._pending_ids.append(ids)
+        self._id_set.update(ids.tolist())
+        self._dirty = True
+        return self
+
+    def _commit(self) -> None:
+        if self._pending:
+            words = np.concatenate([p[0] for p in self._pending])
+            internal = np.concatenate([p[1] for p in self._pending])
+            tf = np.concatenate([p[2] for p in self._pending])
+            order = np.argsort(words, kind="stable")
+            counts = np.bincount(words, minlength=self.n_words)
+            add_indptr = np.zeros(self.n_words + 1, dtype=np.int64)
+            np.cumsum(counts, out=add_indptr[1:])
+            P = self.postings_ids_.shape[0] + words.shape[0]
+            out_indptr = np.empty(self.n_words + 1, dtype=np.int64)
+            out_ids = np.empty(P, dtype=np.uint32)
+            out_tf = np.empty(P, dtype=np.float32)
+            _merge(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
+                   add_indptr, internal[order].astype(np.uint32), tf[order].astype(np.float32),
+                   out_indptr, out_ids, out_tf)
+            self.indptr_, self.postings_ids_, self.postings_tf_ = out_indptr, out_ids, out_tf
+            self.ids_ = np.concatenate([np.asarray(self.ids_)] + self._pending_ids)
+            self._pending, self._pending_ids = [], []
+        if self._dirty:
+            self._refresh_weights()
+            self._dirty = False
+
+    def _refresh_weights(self) -> None:
+        n = self.ids_.shape[0]
+        if self.idf:
+            df = np.diff(self.indptr_)
+            idf = np.zeros(self.n_words, dtype=np.float64)
+            nz = df > 0
+            idf[nz] = np.log(n / df[nz])
+            self.idf_ = idf
+        n1 = np.empty(n, dtype=np.float64)
+        n2 = np.empty(n, dtype=np.float64)
+        _norms(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
+               self.idf_, n, n1, n2)
+        self.norm1_ = n1
+        self.norm2_ = np.sqrt(n2)
+        self._norm2sq = n2
+        self._sum_norm1 = float(n1.sum())
+
+    @classmethod
+    def from_csr(cls, indptr, postings_ids, postings_tf, ids, *, idf: bool = True) -> InvertedFile:
+        """Build directly from CSR postings (e.g. a benchmark generator); arrays are used as given (no copy).
+
+        indptr (n_words + 1,) int64, postings_ids (P,) uint32 internal numbers < len(ids), postings_tf (P,)
+        float32 > 0, ids (n,) int64 unique.
+        """
+        indptr = np.asarray(indptr, dtype=np.int64)
+        inv = cls(int(indptr.shape[0] - 1), idf=idf)
+        postings_ids = np.asarray(postings_ids)
+        if postings_ids.dtype != np.uint32 or np.asarray(postings_tf).dtype != np.float32:
+            raise ValueError("postings_ids must be uint32 and postings_tf float32.")
+        if indptr[0] != 0 or indptr[-1] != postings_ids.shape[0] or (np.diff(indptr) < 0).any():
+            raise ValueError("indptr must start at 0, be non-decreasing and end at the number of postings.")
+        inv.indptr_, inv.postings_ids_, inv.postings_tf_ = indptr, postings_ids, np.asarray(postings_tf)
+        inv.ids_ = np.asarray(ids, dtype=np.int64)
+        inv._id_set = set(inv.ids_.tolist())
+        if len(inv._id_set) != inv.ids_.shape[0]:
+            raise ValueError("ids contains duplicates.")
+        inv._dirty = True
+        inv._commit()
+        return inv
+
+    def remove(self, ids) -> int:
+        """Remove images by external id (unknown ids are ignored); returns the number removed. One pass, O(P)."""
+        self._commit()
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        dead = np.isin(self.ids_, ids)
+        n_dead = int(dead.sum())
+        if n_dead == 0:
+            return 0
+        remap = np.where(dead, -1, np.cumsum(~dead) - 1).astype(np.int64)
+        out_indptr = np.empty(self.n_words + 1, dtype=np.int64)
+        out_ids = np.empty(self.postings_ids_.shape[0], dtype=np.uint32)
+        out_tf = np.empty(self.postings_ids_.shape[0], dtype=np.float32)
+        P = _filter(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_), remap,
+                    out_indptr, out_ids, out_tf)
+        self.indptr_, self.postings_ids_, self.postings_tf_ = out_indptr, out_ids[:P].copy(), out_tf[:P].copy()
+        self._id_set.difference_update(self.ids_[dead].tolist())
+        self.ids_ = np.asarray(self.ids_)[~dead]
+        self._dirty = True
+        self._commit()
+        return n_dead
+
+    # ------------------------------------------------------------------ scoring
+    def query_weights(self, q) -> tuple[np.ndarray, np.ndarray]:
+        """The idf-weighted query histogram Q: (words int64 (u,), values float64 (u,)) from one query item."""
+        self._commit()
+        words, tf = histogram_rows([q] if not _is_sparse(q) else q, self.n_words, "query")[0]
+        return words, tf * self.idf_[words]
+
+    def scores(self, q, *, method: str = "delta1", alpha: float = 0.5) -> tuple[np.ndarray, float]:
+        """Dissimilarity of one query to EVERY indexed image (smaller is better), through the postings only.
+
+        Parameters
+        ----------
+        q : one query: int array of words (m,), a (words, weights) pair, or a sparse row (1, n_words)
+        method : {"l1", "l2", "delta1", "delta2"}
+        alpha : float > 0 -- alpha_1 (eq. 9) for delta1, alpha_2 (eq. 11) for delta2; unused by l1/l2
+
+        Returns
+        -------
+        scores : ndarray of shape (ntotal,), dtype float64, in internal order (``ids_``)
+        weight : float -- wbar (eq. 9) for delta1, w (eq. 11) for delta2, nan for l1/l2
+        """
+        check_choice(method, "method", "InvertedFile.scores", METHODS)
+        check_scalar(alpha, "alpha", "InvertedFile.scores", kind=numbers.Real, low=0, closed="neither")
+        qw, qv = self.query_weights(q)
+        return self._scores(qw, qv, method, float(alpha))
+
+    def _scores(self, qw, qv, method, alpha):
+        n = self.ids_.shape[0]
+        indptr, pids, ptf = np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_)
+        if method == "delta1":
+            acc = np.zeros(n, dtype=np.float64)
+            total = _acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            wbar = alpha * self._sum_norm1 / total if total > 0 else 0.0
+            return self.norm1_ - wbar * acc, wbar
+        if method == "l1":
+            acc = np.zeros(n, dtype=np.float64)
+            qn = qv.sum()
+            qh = qv / qn if qn > 0 else qv
+            inv = np.divide(1.0, self.norm1_, out=np.zeros(n), where=self.norm1_ > 0)
+            _acc_min_normalized(indptr, pids, ptf, qw, qh, self.idf_, inv, acc)
+            return (1.0 if qn > 0 else 0.0) + (self.norm1_ > 0) - 2.0 * acc, float("nan")
+        if method == "l2":
+            acc = np.zeros(n, dtype=np.float64)
+            _acc_dot(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            qn = float(np.sqrt((qv * qv).sum()))
+            tn = self.norm2_
+            denom = np.where(tn > 0, tn, 1.0) * (qn if qn > 0 else 1.0)
+            sq = (1.0 if qn > 0 else 0.0) + (tn > 0) - 2.0 * acc / denom
+            return np.sqrt(np.maximum(sq, 0.0)), float("nan")
+        acc3 = np.zeros((n, 3), dtype=np.float64)
+        _acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
+        qq = float((qv * qv).sum())
+        qterm = np.sqrt(np.maximum(qq - 2.0 * acc3[:, 1] + acc3[:, 2], 0.0))
+        tterm = np.sqrt(np.maximum(self._norm2sq - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))
+        den = qterm.sum()
+        w = alpha * tterm.sum() / den if den > 0 else 0.0
+        return w * qterm + tterm, w
+
+    def search(self, Q, k: int = 10, *, method: str = "delta1", alpha: float = 0.5):
+        """k most similar images (smallest dissimilarity) for each query.
+
+        Parameters
+        ----------
+        Q : scipy.sparse (nq, n_words), or a list of nq queries (word arrays or (words, weights) pairs),
+            or one int array of words (nq = 1)
+        k : int >= 1
+        method, alpha : see :meth:`scores`
+
+        Returns
+        -------
+        distances : ndarray of shape (nq, k), dtype float64, best first, padded with +inf
+        ids : ndarray of shape (nq, k), dtype int64, external ids, padded with -1
+        """
+        check_scalar(k, "k", "InvertedFile.search", low=1)
+        check_choice(method, "method", "InvertedFile.search", METHODS)
+        check_scalar(alpha, "alpha", "InvertedFile.search", kind=numbers.Real, low=0, closed="neither")
+        self._commit()
+        rows = histogram_rows(Q, self.n_words, "Q")
+        D = np.full((len(rows), k), np.inf)
+        ids = np.full((len(rows), k), -1, dtype=np.int64)
+        for i, (w, tf) in enumerate(rows):
+            s, _ = self._scores(w, tf * self.idf_[w], method, float(alpha))
+            top = topk_smallest(s, k)
+            D[i, : top.shape[0]] = s[top]
+            ids[i, : top.shape[0]] = self.ids_[top]
+        return D, ids
+
+    # ------------------------------------------------------------------ histograms back from the index
+    def internal_index(self, ids) -> np.ndarray:
+        """Internal numbers of external ids (-1 when absent), shape (n,) int64."""
+        self._commit()
+        lookup = {int(v): i for i, v in enumerate(np.asarray(self.ids_).tolist())}
+        return np.array([lookup.get(int(v), -1) for v in np.asarray(ids).ravel()], dtype=np.int64)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder) -> Path:
+        """Write ``header.json`` + ``indptr.npy``, ``postings_ids.npy``, ``postings_tf.npy``, ``ids.npy``,
+        ``norm1.npy``, ``norm2.npy``, ``idf.npy`` into ``folder`` (each atomically; memory-mappable)."""
+        from retrieval import __version__
+
+        self._commit()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, arr in (("indptr", self.indptr_), ("postings_ids", self.postings_ids_),
+                          ("postings_tf", self.postings_tf_), ("ids", self.ids_), ("norm1", self.norm1_),
+                          ("norm2", self.norm2_), ("idf", self.idf_)):
+            save_npy_atomic(folder / f"{name}.npy", np.asarray(arr))
+        write_json_atomic(folder / "header.json", {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "class": "retrieval.search.invfile.InvertedFile",
+            "library_version": __version__, "params": {"n_words": self.n_words, "idf": self.idf},
+            "ntotal": int(self.ids_.shape[0]), "n_postings": int(self.postings_ids_.shape[0]),
+        })
+        return folder
+
+    @classmethod
+    def load(cls, folder, *, mmap: bool = True) -> InvertedFile:
+        """Open a folder written by :meth:`save`; the postings are memory-mapped read-only when ``mmap``."""
+        folder = Path(folder)
+        hpath = folder / "header.json"
+        if not hpath.exists():
+            raise FileNotFoundError(f"{folder}: no inverted file here (header.json missing).")
+        try:
+            header = json.loads(hpath.read_text())
+        except json.JSONDecodeError as exc:
+            raise FormatError(f"{hpath}: not valid JSON: {exc}") from None
+        if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
+            raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
+                              f"expected {FORMAT!r} version {FORMAT_VERSION}.")
+        inv = cls(**header["params"])
+        mode = "r" if mmap else None
+        arrs = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False)
+                for n in ("indptr", "postings_ids", "postings_tf", "ids", "norm1", "norm2", "idf")}
+        inv.indptr_, inv.postings_ids_, inv.postings_tf_ = arrs["indptr"], arrs["postings_ids"], arrs["postings_tf"]
+        inv.ids_ = np.asarray(arrs["ids"])
+        inv.norm1_, inv.norm2_, inv.idf_ = (np.asarray(arrs["norm1"]), np.asarray(arrs["norm2"]),
+                                            np.asarray(arrs["idf"]))
+        inv._sum_norm1 = float(inv.norm1_.sum())
+        inv._norm2sq = inv.norm2_ ** 2
+        inv._id_set = set(inv.ids_.tolist())
+        if inv.indptr_.shape[0] != inv.n_words + 1 or inv.norm1_.shape[0] != inv.ids_.shape[0]:
+            raise FormatError(f"{folder}: array shapes do not match the header.")
+        return inv
+
+
+def _is_sparse(q) -> bool:
+    try:
+        import scipy.sparse as sp
+    except ImportError:  # pragma: no cover
+        return False
+    return sp.issparse(q)
+
+
+def topk_smallest(s: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k smallest entries of ``s`` (n,), sorted by (value, index); shape (min(k, n),) int64."""
+    n = s.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if k < n:
+        part = np.argpartition(s, k - 1)[:k]
+    else:
+        part = np.arange(n)
+    return part[np.lexsort((part, s[part]))].astype(np.int64)

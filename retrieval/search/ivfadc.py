@@ -1,0 +1,567 @@
+"""IVFADC: inverted file over a coarse quantiser + product quantisation of the residuals (seed 002 section VI-C;
+Jegou et al. PAMI 2011, the "[24]" of seed 002).
+
+A vector ``y`` is assigned to its nearest coarse centroid ``c_l`` (one of ``nlist``), and its residual
+``y - c_l`` is encoded by a product quantiser (eq. 22). The ``nlist`` inverted lists are stored contiguously:
+``codes_`` (ntotal, M) with the codes of list ``l`` in rows ``offsets_[l]:offsets_[l + 1]``, ``ids_`` (ntotal,)
+int64 beside them. A query visits its ``nprobe`` nearest lists and ranks their codes by the ADC distance
+``||x - c_l - q(y - c_l)||^2`` (eq. 21 and 23 applied to the residual ``x - c_l``).
+
+Distance decomposition (faiss's "precomputed tables"): ``||x - c - r||^2 = ||x - c||^2 + (||r||^2 + 2 <c, r>)
+- 2 <x, r>``; the middle term depends on the list and the code only and is tabulated at training time
+(nlist, M, ksub), the last one once per query (M, ksub), so that a list's table costs ``M * ksub`` additions
+instead of ``d * ksub`` multiply-adds. Used when the table fits in ``precompute_max_bytes``.
+
+Optional re-ranking of the ``R`` best ADC candidates: exactly with stored vectors (float16 or float32,
+memory-mapped when the index is opened from disk) or with a second product quantiser of the residual error
+(``refine_M``), as in Jegou et al. ICASSP 2011.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+from retrieval.codes._kmeans import assign, kmeans
+from retrieval.codes.pq import ProductQuantizer
+from retrieval.codes.scan import _sift_down, heap_sort_inplace, scan_block_into_heap
+from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["IVFADC"]
+
+_QUERY_BLOCK = 256
+
+
+@njit(cache=True, nogil=True)
+def _ivf_scan(q0, q1, k, probes, coarse, term3, term2, x, centroids, codebooks, codes, ids, offsets,
+              outD, outI):
+    """Visit the probed lists of queries q0:q1 and keep the k best rows (positions into ``codes``).
+
+    probes (nq, nprobe) int64 (-1 = none), coarse (nq, nprobe) float32 = ||x - c_l||^2,
+    term3 (nq, M, ksub) float32 = -2 <x^m, r_{m,j}>, term2 (nlist, M, ksub) float32 or shape (0, M, ksub) when the
+    tables are built from the residual directly (x (nq, d), centroids (nlist, d), codebooks (M, ksub, dsub)).
+    """
+    M = codebooks.shape[0]
+    ksub = codebooks.shape[1]
+    dsub = codebooks.shape[2]
+    precomputed = term2.shape[0] > 0
+    nprobe = probes.shape[1]
+    flat = np.empty(M * ksub, dtype=np.float32)
+    table = flat.reshape((M, ksub))
+    res = np.empty(M * dsub, dtype=np.float32)
+    hd = np.empty(k, dtype=np.float32)
+    hi = np.empty(k, dtype=np.int64)
+    for q in range(q0, q1):
+        hd[:] = np.inf
+        hi[:] = -1
+        for p in range(nprobe):
+            lst = probes[q, p]
+            if lst < 0:
+                continue
+            a = offsets[lst]
+            b = offsets[lst + 1]
+            if a == b:
+                continue
+            if precomputed:
+                t2 = term2[lst].reshape(-1)
+                t3 = term3[q].reshape(-1)
+                for t in range(M * ksub):
+                    flat[t] = t2[t] + t3[t]
+                bias = coarse[q, p]
+            else:
+                for t in range(M * dsub):
+                    res[t] = x[q, t] - centroids[lst, t]
+                for m in range(M):
+                    for j in range(ksub):
+                        s = np.float32(0.0)
+                        for t in range(dsub):
+                            u = res[m * dsub + t] - codebooks[m, j, t]
+                            s += u * u
+                        table[m, j] = s
+                bias = 0.0
+            scan_block_into_heap(table, codes, a, b, bias, ids, hd, hi)
+        heap_sort_inplace(hd, hi)
+        outD[q, :] = hd
+        outI[q, :] = hi
+
+
+@njit(cache=True, nogil=True)
+def _coarse_topk(dots, cnorms, xnorms, outD, outI):
+    """nprobe smallest ``||x||^2 + ||c||^2 - 2 <x, c>`` per row of dots (nq, nlist); ascending, -1/inf padded."""
+    nq, nlist = dots.shape
+    p = outD.shape[1]
+    for q in range(nq):
+        hd = outD[q]
+        hi = outI[q]
+        hd[:] = np.inf
+        hi[:] = -1
+        thr = hd[0]
+        for c in range(nlist):
+            v = cnorms[c] - 2 * dots[q, c]
+            if v < thr:
+                _sift_down(hd, hi, p, 0, v, c)
+                thr = hd[0]
+        heap_sort_inplace(hd, hi)
+        for j in range(p):
+            if hi[j] >= 0:
+                hd[j] = max(hd[j] + xnorms[q], 0.0)
+
+
+class IVFADC:
+    """Inverted file with asymmetric distance computation, ``IVF nlist, M x nbits`` (seed 002 VI-C).
+
+    Parameters
+    ----------
+    nlist : int
+        Number of coarse centroids (inverted lists); the paper uses 8192.
+    M : int
+        Sub-quantisers of the residual PQ (``d`` a multiple of ``M``).
+    nbits : int
+        Bits per sub-code, 1 to 16.
+    nprobe : int
+        Lists visited per query by default (the paper: 64 of 8192).
+    store_vectors : {None, "float16", "float32"}
+        Keep the raw vectors (in list order) for exact re-ranking.
+    refine_M : int
+        When > 0, a second product quantiser with ``refine_M`` sub-quantisers of ``refine_nbits`` bits encodes the
+        residual error ``y - c_l - q(y - c_l)`` for re-ranking.
+    refine_nbits : int
+    precompute_table : {"auto", True, False}
+        Use the distance-decomposition tables (nlist, M, ksub) float32; "auto" when they take at most
+        ``precompute_max_bytes``.
+    precompute_max_bytes : int
+    n_iter : int
+        k-means iterations (coarse and PQ).
+    max_points_per_centroid : int
+        k-means training sub-sampling (faiss: 256).
+    random_state : None, int or numpy.random.Generator
+
+    Attributes
+    ----------
+    d_ : int
+    centroids_ : ndarray of shape (nlist, d), dtype float32
+        Coarse quantiser.
+    pq_ : ProductQuantizer
+        Residual quantiser (``codebooks_`` (M, ksub, dsub)).
+    refine_pq_ : ProductQuantizer or None
+    codes_ : ndarray of shape (ntotal_stored, M), dtype uint8 or uint16
+        Inverted lists, contiguous, list after list.
+    ids_ : ndarray of shape (ntotal_stored,), dtype int64
+        Id of each stored row; -1 marks a removed row (compacted by :meth:`compact`).
+    offsets_ : ndarray of shape (nlist + 1,), dtype int64
+        Rows of list ``l`` are ``offsets_[l]:offsets_[l + 1]``.
+    vectors_ : ndarray of shape (ntotal_stored, d), float16/float32, or None
+    refine_codes_ : ndarray of shape (ntotal_stored, refine_M), or None
+    """
+
+    def __init__(self, nlist: int = 1024, M: int = 8, nbits: int = 8, nprobe: int = 1, *, store_vectors=None,
+                 refine_M: int = 0, refine_nbits: int = 8, precompute_table="auto",
+                 precompute_max_bytes: int = 256 << 20, n_iter: int = 25, max_points_per_centroid: int = 256,
+                 random_state=None):
+        self.nlist = nlist
+        self.M = M
+        self.nbits = nbits
+        self.nprobe = nprobe
+        self.store_vectors = store_vectors
+        self.refine_M = refine_M
+        self.refine_nbits = refine_nbits
+        self.precompute_table = precompute_table
+        self.precompute_max_bytes = precompute_max_bytes
+        self.n_iter = n_iter
+        self.max_points_per_centroid = max_points_per_centroid
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ training
+    def _check_params(self):
+        name = type(self).__name__
+        check_scalar(self.nlist, "nlist", name, low=1)
+        check_scalar(self.M, "M", name, low=1)
+        check_scalar(self.nbits, "nbits", name, low=1, high=16)
+        check_scalar(self.nprobe, "nprobe", name, low=1)
+        check_choice(self.store_vectors, "store_vectors", name, (None, "float16", "float32"))
+        check_scalar(self.refine_M, "refine_M", name, low=0)
+        check_scalar(self.refine_nbits, "refine_nbits", name, low=1, high=16)
+        check_choice(self.precompute_table, "precompute_table", name, ("auto", True, False))
+        check_scalar(self.precompute_max_bytes, "precompute_max_bytes", name, low=0)
+
+    def fit(self, X, y=None):
+        """Train the coarse quantiser (k-means, ``nlist`` centroids) and the PQ of the residuals.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d), float
+            Training vectors, ``n >= max(nlist, 2**nbits)``.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        X = check_array(X, "X", min_rows=1)
+        d = X.shape[1]
+        if d % self.M:
+            raise ValueError(f"The dimension of X ({d}) must be a multiple of M={self.M}.")
+        if self.refine_M and d % self.refine_M:
+            raise ValueError(f"The dimension of X ({d}) must be a multiple of refine_M={self.refine_M}.")
+        if X.shape[0] < self.nlist:
+            raise ValueError(f"IVFADC with nlist={self.nlist} needs at least {self.nlist} training vectors; "
+                             f"got {X.shape[0]}.")
+        rng = check_random_state(self.random_state)
+        self.centroids_ = kmeans(X, self.nlist, n_iter=self.n_iter,
+                                 max_points_per_centroid=self.max_points_per_centroid, rng=rng)
+        labels, _ = assign(X, self.centroids_)
+        R = X - self.centroids_[labels]
+        self.pq_ = ProductQuantizer(self.M, self.nbits, n_iter=self.n_iter,
+                                    max_points_per_centroid=self.max_points_per_centroid, random_state=rng).fit(R)
+        self.refine_pq_ = None
+        if self.refine_M:
+            E = R - self.pq_.decode(self.pq_.encode(R))
+            self.refine_pq_ = ProductQuantizer(self.refine_M, self.refine_nbits, n_iter=self.n_iter,
+                                               max_points_per_centroid=self.max_points_per_centroid,
+                                               random_state=rng).fit(E)
+        self.d_ = int(d)
+        self._init_storage()
+        self._term2 = None
+        self._cnorms = None
+        return self
+
+    def _init_storage(self):
+        self.codes_ = np.empty((0, self.M), dtype=self.pq_.code_dtype)
+        self.ids_ = np.empty(0, dtype=np.int64)
+        self.offsets_ = np.zeros(self.nlist + 1, dtype=np.int64)
+        self.vectors_ = None if self.store_vectors is None else np.empty((0, self.d_), dtype=self.store_vectors)
+        self.refine_codes_ = (None if self.refine_pq_ is None
+                              else np.empty((0, self.refine_M), dtype=self.refine_pq_.code_dtype))
+        self.n_removed_ = 0
+        self.next_id_ = 0
+
+    @property
+    def ntotal(self) -> int:
+        """Number of live (not removed) vectors."""
+        check_is_fitted(self, "centroids_")
+        return int(self.ids_.shape[0]) - int(self.n_removed_)
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Memory per indexed vector in the lists: code bytes + 8 bytes of id (+ refine code, + stored vector)."""
+        check_is_fitted(self, "centroids_")
+        b = self.pq_.code_size + 8
+        if self.refine_pq_ is not None:
+            b += self.refine_pq_.code_size
+        if self.store_vectors is not None:
+            b += self.d_ * np.dtype(self.store_vectors).itemsize
+        return b
+
+    def list_sizes(self) -> np.ndarray:
+        """Stored rows per list (removed rows included until :meth:`compact`), shape (nlist,), int64."""
+        check_is_fitted(self, "centroids_")
+        return np.diff(self.offsets_)
+
+    # ------------------------------------------------------------------ adding and removing
+    def add(self, X, ids=None, *, batch_size: int = 65536) -> np.ndarray:
+        """Assign, encode (residual PQ) and append vectors to their inverted lists.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d), float
+        ids : array-like of shape (n,), int, optional
+            Non-negative labels; default: consecutive integers after the largest id given so far.
+        batch_size : int
+            Vectors encoded per batch (bounds the temporary memory).
+
+        Returns
+        -------
+        ids : ndarray of shape (n,), dtype int64
+            The ids given to the vectors (a new array; the caller's array is not modified).
+        """
+        check_is_fitted(self, "centroids_")
+        X = check_array(X, "X", n_features=self.d_)
+        n = X.shape[0]
+        if ids is None:
+            ids = np.arange(self.next_id_, self.next_id_ + n, dtype=np.int64)
+        else:
+            ids = np.array(ids, dtype=np.int64).reshape(-1)
+            if ids.shape[0] != n:
+                raise ValueError(f"ids must have one entry per row of X ({n}); got {ids.shape[0]}.")
+            if n and ids.min() < 0:
+                raise ValueError(f"ids must be non-negative; got minimum {ids.min()}.")
+        check_scalar(batch_size, "batch_size", "IVFADC.add", low=1)
+        if n == 0:
+            return ids
+        labels = np.empty(n, dtype=np.int64)
+        codes = np.empty((n, self.M), dtype=self.pq_.code_dtype)
+        refine = None if self.refine_pq_ is None else np.empty((n, self.refine_M), self.refine_pq_.code_dtype)
+        for a in range(0, n, batch_size):
+            xb = X[a:a + batch_size]
+            lab, _ = assign(xb, self.centroids_)
+            labels[a:a + batch_size] = lab
+            r = xb - self.centroids_[lab]
+            c = self.pq_.encode(r)
+            codes[a:a + batch_size] = c
+            if refine is not None:
+                refine[a:a + batch_size] = self.refine_pq_.encode(r - self.pq_.decode(c))
+        vectors = None if self.store_vectors is None else X.astype(self.store_vectors)
+        self.add_preassigned(labels, codes, ids, vectors=vectors, refine_codes=refine)
+        return ids
+
+    def add_preassigned(self, list_nos, codes, ids, *, vectors=None, refine_codes=None) -> None:
+        """Append already encoded entries to given lists (the lists stay contiguous; one O(ntotal) merge).
+
+        Parameters
+        ----------
+        list_nos : ndarray of shape (n,), int
+        codes : ndarray of shape (n, M), dtype uint8/uint16 (the residual PQ codes)
+        ids : ndarray of shape (n,), int64, non-negative
+        vectors : ndarray of shape (n, d) or None (required when ``store_vectors`` is set)
+        refine_codes : ndarray of shape (n, refine_M) or None (required when ``refine_M > 0``)
+        """
+        check_is_fitted(self, "centroids_")
+        list_nos = np.asarray(list_nos, dtype=np.int64).reshape(-1)
+        n = list_nos.shape[0]
+        if n and (list_nos.min() < 0 or list_nos.max() >= self.nlist):
+            raise ValueError(f"list numbers must be in [0, {self.nlist}); got [{list_nos.min()}, {list_nos.max()}].")
+        codes = self.pq_._check_codes(codes)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if codes.shape[0] != n or ids.shape[0] != n:
+            raise ValueError(f"list_nos, codes and ids must have the same length; got {n}, {codes.shape[0]}, "
+                             f"{ids.shape[0]}.")
+        if (vectors is None) != (self.store_vectors is None):
+            raise ValueError("vectors must be given exactly when store_vectors is set.")
+        if (refine_codes is None) != (self.refine_pq_ is None):
+            raise ValueError("refine_codes must be given exactly when refine_M > 0.")
+        order = np.argsort(list_nos, kind="stable")
+        counts = np.bincount(list_nos, minlength=self.nlist).astype(np.int64)
+        old_sizes = np.diff(self.offsets_)
+        new_offsets = np.zeros(self.nlist + 1, dtype=np.int64)
+        np.cumsum(old_sizes + counts, out=new_offsets[1:])
+        old_lists = np.repeat(np.arange(self.nlist), old_sizes)
+        dst_old = np.arange(old_sizes.sum(), dtype=np.int64) - self.offsets_[old_lists] + new_offsets[old_lists]
+        sorted_lists = list_nos[order]
+        first_new = np.zeros(self.nlist + 1, dtype=np.int64)
+        np.cumsum(counts, out=first_new[1:])
+        dst_new = (np.arange(n, dtype=np.int64) - first_new[sorted_lists]
+                   + new_offsets[sorted_lists] + old_sizes[sorted_lists])
+
+        def merge(old, new):
+            out = np.empty((new_offsets[-1],) + old.shape[1:], dtype=old.dtype)
+            out[dst_old] = old
+            out[dst_new] = np.asarray(new, dtype=old.dtype)[order]
+            return out
+
+        self.codes_ = merge(self.codes_, codes.astype(self.pq_.code_dtype, copy=False))
+        self.ids_ = merge(self.ids_, ids)
+        if self.vectors_ is not None:
+            self.vectors_ = merge(self.vectors_, check_array(vectors, "vectors", n_features=self.d_, dtype=None))
+        if self.refine_codes_ is not None:
+            self.refine_codes_ = merge(self.refine_codes_, self.refine_pq_._check_codes(refine_codes))
+        self.offsets_ = new_offsets
+        if n:
+            self.next_id_ = max(int(self.next_id_), int(ids.max()) + 1)
+
+    def set_inverted_lists(self, codes, ids, offsets) -> None:
+        """Install contiguous inverted lists as they are (no copy): for scale runs with injected codes.
+
+        codes (ntotal, M) uint8/uint16 C-contiguous, ids (ntotal,) int64, offsets (nlist + 1,) int64
+        non-decreasing from 0 to ntotal. Only allowed without stored vectors / refine codes.
+        """
+        check_is_fitted(self, "centroids_")
+        if self.store_vectors is not None or self.refine_pq_ is not None:
+            raise ValueError("set_inverted_lists is only available without store_vectors and refine_M.")
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if (codes.ndim != 2 or codes.shape[1] != self.M or codes.dtype != self.pq_.code_dtype
+                or not codes.flags.c_contiguous):
+            raise ValueError(f"codes must be a C-contiguous {self.pq_.code_dtype} array of shape (n, {self.M}); "
+                             f"got {codes.dtype} {codes.shape}.")
+        ksub = self.pq_.ksub_
+        if ksub < np.iinfo(codes.dtype).max + 1 and codes.size and int(codes.max()) >= ksub:
+            raise ValueError(f"codes must be smaller than ksub={ksub}; got {int(codes.max())}.")
+        if ids.dtype != np.int64 or ids.shape != (codes.shape[0],):
+            raise ValueError(f"ids must be int64 of shape ({codes.shape[0]},); got {ids.dtype} {ids.shape}.")
+        if (offsets.shape != (self.nlist + 1,) or offsets[0] != 0 or offsets[-1] != codes.shape[0]
+                or np.any(np.diff(offsets) < 0)):
+            raise ValueError(f"offsets must be non-decreasing of shape ({self.nlist + 1},) from 0 to {codes.shape[0]}.")
+        self.codes_, self.ids_, self.offsets_ = codes, ids, offsets
+        self.n_removed_ = 0
+        self.next_id_ = int(ids.max()) + 1 if ids.size else 0
+
+    def remove(self, ids) -> int:
+        """Mark the entries with these ids as removed (they are never returned again); compacts the lists when
+        more than a quarter of the stored rows are marked.
+
+        Parameters
+        ----------
+        ids : array-like of int
+
+        Returns
+        -------
+        n_removed : int
+            Number of stored entries newly marked.
+        """
+        check_is_fitted(self, "centroids_")
+        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        ids = ids[ids >= 0]
+        hit = np.isin(self.ids_, ids)
+        count = int(np.count_nonzero(hit))
+        if count:
+            if not self.ids_.flags.writeable:
+                self.ids_ = np.array(self.ids_)
+            self.ids_[hit] = -1
+            self.n_removed_ = int(self.n_removed_) + count
+            if self.n_removed_ * 4 > self.ids_.shape[0]:
+                self.compact()
+        return count
+
+    def compact(self) -> None:
+        """Drop the rows marked as removed and rebuild the offsets (O(ntotal) copy)."""
+        check_is_fitted(self, "centroids_")
+        if not self.n_removed_:
+            return
+        keep = self.ids_ >= 0
+        lists = np.repeat(np.arange(self.nlist), np.diff(self.offsets_))
+        sizes = np.bincount(lists[keep], minlength=self.nlist)
+        self.codes_ = np.ascontiguousarray(self.codes_[keep])
+        self.ids_ = np.ascontiguousarray(self.ids_[keep])
+        if self.vectors_ is not None:
+            self.vectors_ = np.ascontiguousarray(self.vectors_[keep])
+        if self.refine_codes_ is not None:
+            self.refine_codes_ = np.ascontiguousarray(self.refine_codes_[keep])
+        self.offsets_ = np.zeros(self.nlist + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.offsets_[1:])
+        self.n_removed_ = 0
+
+    # ------------------------------------------------------------------ search
+    def _use_precomputed(self) -> bool:
+        if self.precompute_table == "auto":
+            return self.nlist * self.M * self.pq_.ksub_ * 4 <= self.precompute_max_bytes
+        return bool(self.precompute_table)
+
+    def _precomputed_term2(self) -> np.ndarray:
+        """(nlist, M, ksub) float32: ||r_{m,j}||^2 + 2 <c_l^m, r_{m,j}> (distance decomposition)."""
+        if getattr(self, "_term2", None) is None:
+            books = self.pq_.codebooks_
+            M, ksub, dsub = books.shape
+            cs = self.centroids_.reshape(self.nlist, M, dsub)
+            t = np.einsum("lmd,mjd->lmj", cs, books, optimize=True) * 2
+            t += (books ** 2).sum(-1)[None]
+            self._term2 = np.ascontiguousarray(t, dtype=np.float32)
+        return self._term2
+
+    def coarse_search(self, x, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``nprobe`` nearest coarse centroids of each query, nearest first.
+
+        x (nq, d) float32 -> (distances (nq, nprobe) float32, lists (nq, nprobe) int64, -1 padded).
+        """
+        nq = x.shape[0]
+        if getattr(self, "_cnorms", None) is None:
+            self._cnorms = (self.centroids_.astype(np.float32) ** 2).sum(1)
+        dots = x @ self.centroids_.T
+        dist = np.empty((nq, nprobe), dtype=np.float32)
+        lists = np.empty((nq, nprobe), dtype=np.int64)
+        _coarse_topk(dots, self._cnorms, (x ** 2).sum(1, dtype=np.float32), dist, lists)
+        return dist, lists
+
+    def search(self, x, k: int = 10, *, nprobe: int | None = None, rerank: int = 0, threads: int = 1
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate k nearest neighbours by IVFADC (eq. 21/23 on residuals), optionally re-ranked.
+
+        Parameters
+        ----------
+        x : array-like of shape (nq, d), float
+        k : int
+        nprobe : int, optional
+            Lists visited (default ``self.nprobe``).
+        rerank : int
+            When > 0, the ``max(rerank, k)`` best ADC candidates are re-ranked with exact distances to the stored
+            vectors (``store_vectors``) or, without them, with the refined reconstruction (``refine_M``).
+        threads : int
+            Threads over queries.
+
+        Returns
+        -------
+        distances : ndarray of shape (nq, k), dtype float32
+            Squared distances (approximate, or exact after re-ranking with stored vectors), ascending, +inf padded.
+        ids : ndarray of shape (nq, k), dtype int64
+            -1 padded.
+        """
+        check_is_fitted(self, "centroids_")
+        x = check_array(x, "x", n_features=self.d_)
+        nprobe = self.nprobe if nprobe is None else nprobe
+        check_scalar(k, "k", "IVFADC.search", low=1)
+        check_scalar(nprobe, "nprobe", "IVFADC.search", low=1)
+        check_scalar(rerank, "rerank", "IVFADC.search", low=0)
+        check_scalar(threads, "threads", "IVFADC.search", low=1)
+        if rerank and self.vectors_ is None and self.refine_codes_ is None:
+            raise ValueError("rerank > 0 needs store_vectors or refine_M > 0 at construction.")
+        kk = max(k, rerank) if rerank else k
+        nq = x.shape[0]
+        D = np.empty((nq, kk), dtype=np.float32)
+        P = np.empty((nq, kk), dtype=np.int64)
+        pre = self._use_precomputed()
+        books = self.pq_.codebooks_
+        M, ksub, _ = books.shape
+        term2 = self._precomputed_term2() if pre else np.empty((0, M, ksub), dtype=np.float32)
+        ids = self.ids_ if self.n_removed_ else np.empty(0, dtype=np.int64)
+        codes = self.codes_
+        offsets = np.ascontiguousarray(self.offsets_)
+        for a in range(0, nq, _QUERY_BLOCK):
+            xb = np.ascontiguousarray(x[a:a + _QUERY_BLOCK])
+            cd, lists = self.coarse_search(xb, nprobe)
+            if pre:
+                term3 = self.pq_.compute_inner_product_tables(xb)
+                term3 *= -2
+            else:
+                term3 = np.empty((0, M, ksub), dtype=np.float32)
+            Db, Pb = D[a:a + _QUERY_BLOCK], P[a:a + _QUERY_BLOCK]
+            args = (kk, lists, cd, term3, term2, xb, self.centroids_, books, codes, ids, offsets, Db, Pb)
+            nb = xb.shape[0]
+            if threads == 1 or nb < 2:
+                _ivf_scan(0, nb, *args)
+            else:
+                bounds = np.linspace(0, nb, min(threads, nb) + 1).astype(np.int64)
+                with ThreadPoolExecutor(max_workers=len(bounds) - 1) as pool:
+                    futs = [pool.submit(_ivf_scan, int(s), int(e), *args)
+                            for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+                    for f in futs:
+                        f.result()
+        if rerank:
+            D, P = self._rerank(x, D, P, k)
+        labels = np.where(P >= 0, self.ids_[np.maximum(P, 0)], -1)
+        return D, labels
+
+    def _rerank(self, x, D, P, k):
+        """Re-rank candidate rows P (nq, R) by exact (stored vectors) or refined distances; keep k."""
+        nq, R = P.shape
+        valid = P >= 0
+        rows = np.maximum(P, 0)
+        if self.vectors_ is not None:
+            V = np.asarray(self.vectors_[rows.reshape(-1)], dtype=np.float32).reshape(nq, R, self.d_)
+        else:
+            flat = rows.reshape(-1)
+            lists = np.searchsorted(self.offsets_, flat, side="right") - 1
+            V = (self.centroids_[lists] + self.pq_.decode(self.codes_[flat])
+                 + self.refine_pq_.decode(self.refine_codes_[flat])).reshape(nq, R, self.d_)
+        diff = V - x[:, None, :]
+        exact = np.einsum("qrd,qrd->qr", diff, diff).astype(np.float32)
+        exact[~valid] = np.inf
+        order = np.lexsort((np.where(valid, P, np.iinfo(np.int64).max), exact), axis=1)[:, :k]
+        return np.take_along_axis(exact, order, 1), np.where(np.take_along_axis(valid, order, 1),
+                                                                 np.take_along_axis(P, order, 1), -1)
+
+    # ------------------------------------------------------------------ persistence (see index_io.py)
+    def save(self, folder) -> None:
+        """Write the index to ``folder`` (JSON header + .npy arrays; docs/formats.md). Compacts first."""
+        from retrieval.search.index_io import save_ivfadc
+
+        save_ivfadc(self, folder)
+
+    @classmethod
+    def load(cls, folder, *, mmap: bool = True) -> IVFADC:
+        """Open an index folder; with ``mmap`` the lists and vectors are memory-mapped (not read)."""
+        from retrieval.search.index_io import load_ivfadc
+
+        return load_ivfadc(folder, mmap=mmap)

@@ -1,0 +1,85 @@
+"""Application (issue 7): the self-contained HTML gallery, checked as text and in a real headless browser.
+
+The browser test runs Debian's Chromium through its command line (``--dump-dom`` after the page's load
+handler ran) and is skipped, with the reason, when no Chromium/Chrome binary is installed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from retrieval.app.gallery import render_gallery, write_gallery
+from retrieval.app.index import SearchHit
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gal")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (w, h) in enumerate([(320, 240), (200, 300), (400, 200), (256, 256), (300, 220)]):
+        arr = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+        p = d / f"im{i}.{'png' if i % 2 else 'jpg'}"
+        Image.fromarray(arr).save(p)
+        paths.append(p)
+    return d, paths
+
+
+def make_hits(paths):
+    hits = []
+    for r, p in enumerate(paths[1:], start=1):
+        box = [10.0, 20.0, 110.0, 90.0] if r % 2 else None
+        hits.append(SearchHit(rank=r, path=str(p), score=1.0 / r, inliers=30 // r if box else None, box=box, id=r))
+    return hits
+
+
+def test_gallery_is_self_contained_and_places_boxes(images):
+    _, paths = images
+    hits = make_hits(paths)
+    text = render_gallery(paths[0], hits, query_box=(5, 6, 100, 120))
+    assert "http://" not in text and "https://" not in text and "src=\"file" not in text
+    assert text.count('class="thumb" src="data:image/jpeg;base64,') == 1 + len(hits)
+    assert text.count('<figure class="result">') == len(hits)
+    # one query box and one box per hit that has one, in original-image coordinates
+    assert text.count('class="box qbox"') == 1
+    assert text.count('class="box match"') == sum(h.box is not None for h in hits)
+    assert 'viewBox="0 0 200 300"' in text  # the second image's own size
+    assert '<rect class="box match" x="10.0" y="20.0" width="100.0" height="70.0"/>' in text
+
+
+def find_browser():
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def test_gallery_in_headless_chromium(images, tmp_path):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no Chromium/Chrome binary on PATH (install Debian's 'chromium' to run this browser test)")
+    _, paths = images
+    hits = make_hits(paths)
+    out = write_gallery(tmp_path / "g.html", paths[0], hits, query_box=(5, 6, 100, 120))
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}",
+           "--virtual-time-budget=5000", "--dump-dom", out.resolve().as_uri()]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("headless Chromium did not finish within 90 s")
+    dom = res.stdout
+    assert "<body" in dom, res.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
+    drawn = int(re.search(r'data-boxes-drawn="(\d+)"', body).group(1))
+    assert loaded == 1 + len(hits)  # query + K results decoded
+    assert dom.count('<figure class="result">') == len(hits)
+    assert drawn == 1 + sum(h.box is not None for h in hits)  # every box has a non-empty rendered size

@@ -1,0 +1,135 @@
+"""ObjectSearcher on synthetic scenes: box selection, exact re-ranking == inverted-file scores, persistence."""
+
+import numpy as np
+import pytest
+
+from retrieval.engine.object_search import ObjectSearcher, box_iou, project_box
+from retrieval.features import LocalFeatures
+
+D = 32
+
+
+def make_scene(rng, obj_desc, obj_xy, A, t, n_clutter, size=(640, 480), noise=0.02):
+    """Object features mapped by x -> A x + t, plus clutter features elsewhere."""
+    xy = obj_xy @ A.T + t
+    frames_o = np.zeros((len(xy), 6), np.float32)
+    frames_o[:, :2] = xy
+    M = (A @ np.diag([3.0, 3.0])).ravel()
+    frames_o[:, 2:] = M
+    frames_c = np.zeros((n_clutter, 6), np.float32)
+    frames_c[:, 0] = rng.uniform(0, size[0] - 1, n_clutter)
+    frames_c[:, 1] = rng.uniform(0, size[1] - 1, n_clutter)
+    frames_c[:, 2:] = [3, 0, 0, 3]
+    desc = np.concatenate([obj_desc + noise * rng.normal(size=obj_desc.shape),
+                           rng.normal(size=(n_clutter, D))]).astype(np.float32)
+    return LocalFeatures(frames=np.concatenate([frames_o, frames_c]), descriptors=desc, image_size=size)
+
+
+@pytest.fixture(scope="module")
+def world():
+    rng = np.random.default_rng(0)
+    objects = [rng.normal(size=(40, D)).astype(np.float32) for _ in range(6)]
+    obj_xy = rng.uniform(0, 100, (40, 2))
+    db = []
+    for j in range(12):
+        o = objects[j % 6]
+        ang = rng.uniform(-0.3, 0.3)
+        s = rng.uniform(0.8, 1.3)
+        A = s * np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
+        db.append(make_scene(rng, o, obj_xy, A, rng.uniform(100, 300, 2), n_clutter=int(rng.integers(20, 200))))
+    # the query: object 2 in a box at (50..150, 50..150), clutter outside the box
+    q = make_scene(rng, objects[2], obj_xy, np.eye(2), np.array([50.0, 50.0]), 0)
+    clutter = make_scene(rng, objects[3][:0], obj_xy[:0], np.eye(2), np.zeros(2), 300)
+    keep = (clutter.frames[:, 0] > 160) | (clutter.frames[:, 1] > 160)
+    q = LocalFeatures(frames=np.concatenate([q.frames, clutter.frames[keep]]),
+                      descriptors=np.concatenate([q.descriptors, clutter.descriptors[keep]]), image_size=(640, 480))
+    s = ObjectSearcher(300, rootsift=False, shortlist=8, vocabulary_params={"n_iter": 3}, random_state=0)
+    s.fit(db).add(np.arange(100, 112), db)
+    return s, db, q
+
+
+@pytest.mark.parametrize("method", ["l1", "l2", "delta1", "delta2"])
+def test_exact_rerank_reproduces_inverted_file_scores(world, method):
+    s, _, q = world
+    none = s.search(q, bbox=(50, 50, 150, 150), k=8, method=method, rerank="none")
+    exact = s.search(q, bbox=(50, 50, 150, 150), k=8, method=method, rerank="exact")
+    a = {h.id: h.score for h in none}
+    b = {h.id: h.score for h in exact}
+    assert set(a) == set(b)
+    # eq. 10 takes square roots of |Q|^2 - 2 Q.m + |m|^2, a difference that nearly cancels when the object is
+    # contained in T_j: summing the same terms in another order (postings vs full histogram) moves the result
+    # by ~eps * |Q|^2 / sqrt(...), i.e. ~1e-8 here; l1, l2 and delta1 have no such cancellation.
+    tol = 1e-6 if method == "delta2" else 1e-9
+    for i in a:
+        assert a[i] == pytest.approx(b[i], rel=tol, abs=tol)
+    # images 102 and 108 hold object 2
+    assert {none[0].id, none[1].id} == {102, 108}
+
+
+def test_box_restricts_query_features(world):
+    s, _, q = world
+    boxed = s.search(q, bbox=(50, 50, 150, 150), k=12, method="delta1", rerank="none")
+    full = s.search(q, bbox=None, k=12, method="delta1", rerank="none")
+    assert [h.score for h in boxed] != [h.score for h in full]
+    assert {boxed[0].id, boxed[1].id} == {102, 108}
+
+
+def test_exclude_remove_and_persistence(world, tmp_path):
+    s, db, q = world
+    hits = s.search(q, bbox=(50, 50, 150, 150), k=5, rerank="exact", exclude=[102])
+    assert 102 not in [h.id for h in hits] and hits[0].id == 108
+    s.save(tmp_path / "os")
+    back = ObjectSearcher.load(tmp_path / "os")
+    for method in ("l1", "delta1"):
+        a = s.search(q, bbox=(50, 50, 150, 150), k=5, method=method, rerank="exact")
+        b = back.search(q, bbox=(50, 50, 150, 150), k=5, method=method, rerank="exact")
+        assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b]
+    assert back.remove([108, 999]) == 1
+    assert back.ntotal == 11
+    assert back.search(q, bbox=(50, 50, 150, 150), k=1, rerank="exact")[0].id == 102
+    with pytest.raises(ValueError, match="already indexed"):
+        back.add([102], [db[0]])
+    with pytest.raises(ValueError, match="'rerank' parameter"):
+        back.search(q, rerank="geometric")
+
+
+def test_project_box_and_iou():
+    T = np.array([[2.0, 0.0, 10.0], [0.0, 0.5, -5.0]])
+    assert project_box((0, 0, 10, 20), T) == (10.0, -5.0, 30.0, 5.0)
+    assert project_box((0, 0, 10, 20), T, image_size=(25, 100)) == (10.0, 0.0, 24.0, 5.0)
+    H = np.array([[1.0, 0, 0], [0, 1.0, 0], [0.01, 0, 1.0]])
+    b = project_box((0, 0, 100, 100), H)
+    assert b[2] == pytest.approx(50.0)
+    assert box_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(1 / 3)
+    assert box_iou((0, 0, 1, 1), (2, 2, 3, 3)) == 0.0
+
+
+def test_spatial_rerank_boxes_and_query_expansion(world):
+    s, db, q = world
+    box = (50, 50, 150, 150)
+    # ground truth: scene j maps the object by x -> A_j x + t_j; recover it from the stored object frames
+    for qe in (False, True):
+        hits = s.search(q, bbox=box, k=6, method="l1", rerank="spatial", query_expansion=qe)
+        assert {hits[0].id, hits[1].id} == {102, 108}
+        assert hits[0].inliers >= 20 and hits[1].inliers >= 20
+        assert all(h.inliers < s.min_inliers for h in hits[2:])
+        for h in hits[:2]:
+            f = db[h.id - 100].frames[:40]
+            src = q.frames[:40, :2].astype(np.float64)
+            A, *_ = np.linalg.lstsq(np.c_[src, np.ones(40)], f[:, :2].astype(np.float64), rcond=None)
+            true = project_box(box, A.T, db[h.id - 100].image_size)
+            assert box_iou(h.box, true) > 0.9, (h, true)
+    with pytest.raises(ValueError, match="query_expansion"):
+        s.search(q, bbox=box, rerank="exact", query_expansion=True)
+
+
+def test_inliers_are_counted_one_to_one():
+    from retrieval.rerank.spatial import distinct_inliers
+
+    # query feature 0 matched to db features 0, 1, 2 (same word, all consistent); query 1 -> db 3; query 2 -> db 3
+    matches = np.array([[0, 0], [0, 1], [0, 2], [1, 3], [2, 3], [3, 4]])
+    mask = np.array([True, True, True, True, True, False])
+    # 5 inlier pairs, but only 3 distinct query features and 4 distinct database features support the transform
+    assert distinct_inliers(matches, mask) == 3
+    assert distinct_inliers(matches, np.zeros(6, bool)) == 0
+    assert distinct_inliers(np.array([[0, 0], [1, 1]]), np.array([True, True])) == 2
