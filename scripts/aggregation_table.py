@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Seed 002 Table I on minibench: mAP of BoW (1k, 20k), Fisher and VLAD (K = 16, 64, 256) before and after PCA to
+"""Jegou et al. 2012, Table I on minibench: mAP of BoW (1k, 20k), Fisher and VLAD (K = 16, 64, 256) before and after PCA to
 D' = 2048, 512, 128, 64, under two training protocols:
 
 (a) vocabularies, local PCA and global PCA learnt on images that are NOT in the benchmark (scikit-image's and
@@ -20,7 +20,7 @@ image (default: enough windows for 1.25 x the largest D', at least 8). Cells wit
 vectors, or D' >= D, are reported as "-".
 
 Usage (heavy: run under the lock):
-    flock /tmp/retrieval-heavy.lock .venv/bin/python scripts/aggregation_table.py --json /tmp/agg.json
+    .venv/bin/python scripts/aggregation_table.py --json /tmp/agg.json
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ SKIMAGE_PHOTOS = ["astronaut", "camera", "chelsea", "coffee", "rocket", "brick",
                   "text", "clock", "coins", "cat", "hubble_deep_field", "stereo_motorcycle", "immunohistochemistry",
                   "retina", "skin", "eagle", "lily"]
 
-PAPER_TABLE_I = {  # seed 002 Table I, Holidays mAP (%), D' = D, 2048, 512, 128, 64
+PAPER_TABLE_I = {  # Jegou et al. 2012, Table I, Holidays mAP (%), D' = D, 2048, 512, 128, 64
     ("BoW", 1000): [40.1, None, 43.5, 44.4, 43.4],
     ("BoW", 20000): [43.7, 41.8, 44.9, 45.2, 44.4],
     ("Fisher", 16): [54.0, None, 54.6, 52.3, 49.9],

@@ -1,4 +1,4 @@
-"""Seed 002 Fig. 4 on real images: projection + quantisation error of PCA-D' + random rotation + ADC 16x8
+"""Jegou et al. 2012, Fig. 4 on real images: projection + quantisation error of PCA-D' + random rotation + ADC 16x8
 (128-bit codes) on Fisher vectors, as a function of D'; prints the curve and the chosen D' (eq. 27-28).
 
 Fisher vectors (K=64 on RootSIFT reduced to 64-d by PCA, power + L2 normalised: D = 4096) of every image under
@@ -6,7 +6,7 @@ Fisher vectors (K=64 on RootSIFT reduced to 64-d by PCA, power + L2 normalised: 
 an 8-bit sub-quantiser needs; every vector is still the FV of real image content). The images are split in
 two halves: vectors of the first half form the learning set L, of the second the evaluation set.
 
-    flock /tmp/retrieval-heavy.lock .venv/bin/python scripts/indexing_fig4.py [--code-size 16] [--json out.json]
+    .venv/bin/python scripts/indexing_fig4.py [--code-size 16] [--json out.json]
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def shared_data() -> Path:
     return shared_path()
 
 
-# --- features (issue 2): one extraction cache shared by every team's tests -------------------------------------
+# --- features: one extraction cache shared by every test module -------------------------------------
 FEATURE_CACHE = ROOT / ".cache" / "test-features"
 
 

@@ -1,11 +1,11 @@
-"""Bag of visual words (seed 002 sec. III-A): the histogram of the visual words of an image's descriptors,
+"""Bag of visual words (Jegou et al. 2012, sec. III-A): the histogram of the visual words of an image's descriptors,
 hard (nearest word) or soft (Philbin et al. 2008) assignment, optional power normalisation of the term
 frequencies, idf weighting idf_i = log(N / n_i) (N images, n_i of them containing word i), then L1 or L2
 normalisation.
 
 Per image: ``h = tf`` (counts, or summed soft weights) -> ``h = h^alpha`` -> ``h = h * idf`` -> ``h / ||h||``.
 
-Vocabularies of up to 65,536 words are assigned exactly; larger ones (seed 002 Table II's 200k words) through an
+Vocabularies of up to 65,536 words are assigned exactly; larger ones (Jegou et al. 2012, Table II's 200k words) through an
 approximate nearest-word structure (:class:`retrieval.aggregation.large_vocabulary.ApproximateKMeans`, Philbin et
 al. 2007), built deterministically from ``cluster_centers_`` on first use (docs/differences.md).
 """
@@ -31,7 +31,7 @@ MAX_WORDS = 1 << 24
 
 
 class BoW(PersistableMixin):
-    """Bag-of-words histograms with tf-idf weighting (seed 002 sec. III-A).
+    """Bag-of-words histograms with tf-idf weighting (Jegou et al. 2012, sec. III-A).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Fisher vector (seed 002 sec. III-B): the gradient of the descriptors' log-likelihood under a diagonal GMM
+"""Fisher vector (Jegou et al. 2012, sec. III-B): the gradient of the descriptors' log-likelihood under a diagonal GMM
 with respect to the means (eq. 6), whitened by the closed-form diagonal Fisher information, soft assignments
 gamma_t(i) of eq. 5, optionally the gradient with respect to the variances (footnote 3, giving 2Kd), then
 power normalisation (eq. 7) and L2 normalisation.
@@ -87,7 +87,7 @@ def fisher_vector(X, weights, means, covariances, *, variances=False):
 
 
 class FisherVector(PersistableMixin):
-    """Fisher vector aggregation (seed 002 sec. III-B, eq. 5-7).
+    """Fisher vector aggregation (Jegou et al. 2012, sec. III-B, eq. 5-7).
 
     Parameters
     ----------

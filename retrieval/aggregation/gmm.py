@@ -1,4 +1,4 @@
-"""Diagonal Gaussian mixture vocabulary (seed 002 sec. III-B, the "probabilistic visual vocabulary" u_lambda of
+"""Diagonal Gaussian mixture vocabulary (Jegou et al. 2012, sec. III-B, the "probabilistic visual vocabulary" u_lambda of
 the Fisher vector), learnt by maximum likelihood with EM, initialised by k-means, with a variance floor.
 
 EM is written with blocked matrix products (float32 products, float64 accumulators) so that K=256 on
@@ -65,7 +65,7 @@ def gmm_log_posteriors(X, means, covariances, weights, *, dtype=np.float64):
 
 
 class GMMVocabulary(PersistableMixin):
-    """Diagonal-covariance GMM u_lambda(x) = sum_i w_i u_i(x) learnt by EM (seed 002, sec. III-B).
+    """Diagonal-covariance GMM u_lambda(x) = sum_i w_i u_i(x) learnt by EM (Jegou et al. 2012, sec. III-B).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""k-means visual vocabulary (seed 002 sec. III-A: "a codebook of K centroids ... obtained by k-means"),
+"""k-means visual vocabulary (Jegou et al. 2012, sec. III-A: "a codebook of K centroids ... obtained by k-means"),
 with hard assignment (nearest word) and the soft assignment of Philbin et al. (CVPR 2008).
 
 Training uses VLFeat's k-means through cyvlfeat (Elkan's accelerated exact algorithm for small K, the
@@ -31,7 +31,7 @@ _OWNER = "KMeansVocabulary"
 
 
 class KMeansVocabulary(PersistableMixin):
-    """A visual vocabulary of ``n_clusters`` words learnt by k-means (seed 002, sec. III-A and III-C).
+    """A visual vocabulary of ``n_clusters`` words learnt by k-means (Jegou et al. 2012, sec. III-A and III-C).
 
     Parameters
     ----------

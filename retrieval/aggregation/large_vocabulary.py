@@ -1,6 +1,6 @@
 """Large visual vocabularies (100k-1M words): approximate k-means with an IVF assignment structure.
 
-Approximate k-means (AKM, Philbin et al. CVPR 2007, used by seed 003 section 2.2 for its 1M-word vocabulary)
+Approximate k-means (AKM, Philbin et al. CVPR 2007, used by Zhu et al. 2013, section 2.2 for its 1M-word vocabulary)
 replaces the exact nearest-centre search of Lloyd's assignment step by an approximate nearest-neighbour search.
 Philbin et al. use a forest of randomised kd-trees; we use our own two-stage inverted-file quantiser, compiled
 with numba, which keeps the per-descriptor work bounded and is saved with the vocabulary:
@@ -187,7 +187,7 @@ class ApproximateKMeans(PersistableMixin):
     Parameters
     ----------
     n_clusters : int
-        Number of visual words K (100k-1M in seed 003).
+        Number of visual words K (100k-1M in Zhu et al. 2013).
     n_iter : int
         Lloyd iterations, each with the assignment through the approximate structure.
     n_coarse : int or None

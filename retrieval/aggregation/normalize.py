@@ -1,4 +1,4 @@
-"""Normalisations of aggregated vectors: power normalisation (seed 002, eq. 7) and L1/L2 normalisation.
+"""Normalisations of aggregated vectors: power normalisation (Jegou et al. 2012, eq. 7) and L1/L2 normalisation.
 
 Both accept a dense 2-d array (one vector per row) or a SciPy sparse matrix (CSR) and never modify their input.
 """
@@ -29,7 +29,7 @@ def _as_float(X, name: str):
 
 
 def power_normalize(X, alpha: float = 0.5):
-    """Power normalisation of seed 002 eq. 7: ``f(z) = sign(z) |z|^alpha``, component-wise, signs kept.
+    """Power normalisation of Jegou et al. 2012, eq. 7: ``f(z) = sign(z) |z|^alpha``, component-wise, signs kept.
 
     Parameters
     ----------
@@ -77,7 +77,7 @@ def _row_normalize(X, ord_: int, name: str):
 
 
 def l2_normalize(X):
-    """Divide each row by its Euclidean norm (the L2 step after eq. 7 in seed 002); zero rows stay zero.
+    """Divide each row by its Euclidean norm (the L2 step after eq. 7 in Jegou et al. 2012); zero rows stay zero.
 
     Parameters
     ----------
@@ -91,7 +91,7 @@ def l2_normalize(X):
 
 
 def l1_normalize(X):
-    """Divide each row by the sum of its absolute values (BoW seen as an empirical distribution, seed 002
+    """Divide each row by the sum of its absolute values (BoW seen as an empirical distribution, Jegou et al. 2012
     III-A); zero rows stay zero.
 
     Parameters

@@ -1,12 +1,12 @@
-"""PCA of aggregated image vectors to D' components (seed 002, sections IV and V-B), with optional whitening,
+"""PCA of aggregated image vectors to D' components (Jegou et al. 2012, sections IV and V-B), with optional whitening,
 power + L2 re-normalisation, and a random rotation.
 
 The transform applied to a row ``x`` (shape (D,)) is, in this order::
 
-    y = P (x - mean)                       # PCA projection to D' components (seed 002, sec. IV "D' components")
+    y = P (x - mean)                       # PCA projection to D' components (Jegou et al. 2012, sec. IV "D' components")
     y = y / sqrt(lambda + eps * lambda_1)  # whitening (whiten=True; Jegou & Chum, ECCV 2012)
     y = l2(sign(y) |y|^renorm_alpha)       # re-normalisation (renormalize=True; eq. 7 then L2)
-    y = Q y                                # random orthogonal rotation (rotation=True; seed 002 sec. V-B,
+    y = Q y                                # random orthogonal rotation (rotation=True; Jegou et al. 2012, sec. V-B,
                                            #   which balances the variance across PQ sub-vectors)
 
 The rotation comes last so that the re-normalised vector keeps its unit norm after it.
@@ -54,7 +54,7 @@ def random_rotation(n: int, random_state=None) -> np.ndarray:
 
 
 class PCAProjection(PersistableMixin):
-    """PCA to ``n_components`` dimensions of aggregated vectors (seed 002, sec. IV: "the final VLAD, Fisher
+    """PCA to ``n_components`` dimensions of aggregated vectors (Jegou et al. 2012, sec. IV: "the final VLAD, Fisher
     and BOW vectors are reduced from D = Kd to D' components using PCA"), optionally followed by whitening,
     power + L2 re-normalisation and a random orthogonal rotation (sec. V-B).
 
@@ -213,7 +213,7 @@ class PCAProjection(PersistableMixin):
 
     def inverse_transform(self, Y):
         """Map D'-dimensional rows back to the input space (undo rotation and whitening, then
-        ``Y @ components_ + mean_``); this is the reconstruction whose error is seed 002's projection error
+        ``Y @ components_ + mean_``); this is the reconstruction whose error is Jegou et al. 2012's projection error
         (eq. 27). Not available with ``renormalize=True`` (not invertible).
 
         Parameters

@@ -1,4 +1,4 @@
-"""VLAD, the vector of locally aggregated descriptors (seed 002 sec. III-C, eq. 18 and Algorithm 1): for each
+"""VLAD, the vector of locally aggregated descriptors (Jegou et al. 2012, sec. III-C, eq. 18 and Algorithm 1): for each
 k-means word mu_i, the sum of the residuals x_t - mu_i of the descriptors whose nearest word is mu_i;
 power normalisation (eq. 7), optional intra-normalisation (Arandjelovic & Zisserman, CVPR 2013: each word's
 block divided by its L2 norm), then global L2 -- the order of VLFeat's ``vl_vlad``.
@@ -66,7 +66,7 @@ def vlad_vector(X, cluster_centers, *, intra_normalize=False):
 
 
 class VLAD(PersistableMixin):
-    """VLAD aggregation (seed 002 eq. 18, Algorithm 1).
+    """VLAD aggregation (Jegou et al. 2012, eq. 18, Algorithm 1).
 
     Parameters
     ----------

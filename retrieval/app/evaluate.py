@@ -1,7 +1,7 @@
 """Run a benchmark end to end on the application's :class:`retrieval.Index`: extract (cached), train, index, query,
 score with the official protocol, write the official result files and a JSON report.
 
-Protocol choices (seed 002 Sec. 5; seed 003 Sec. 4):
+Protocol choices (Jegou et al. 2012, Sec. 5; Zhu et al. 2013, Sec. 4):
 
 - the model (local PCA, vocabulary, projection, codec) is trained on an independent image set when one is given
   (``train_images``: e.g. Flickr60k for Holidays, Paris6k for Oxford); otherwise it is trained on the benchmark's

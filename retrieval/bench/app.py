@@ -1,4 +1,4 @@
-"""Benchmarks of the application (issue 7), run by ``retrieval bench app``.
+"""Benchmarks of the application, run by ``retrieval bench app``.
 
 - ``minibench``: the images of ``minibench.json`` copied into a photo folder, indexed by ``retrieval index``
   with a preset, each group's first image queried by ``retrieval query --json``; mAP over the groups with the

@@ -1,4 +1,4 @@
-"""Real data and measurements behind ``retrieval bench binary`` and ``retrieval bench kernels`` (issue 5).
+"""Real data and measurements behind ``retrieval bench binary`` and ``retrieval bench kernels``.
 
 Data: every image listed in ``../shared/data/minibench.json`` (real photos), Hessian-affine + SIFT through
 :class:`retrieval.features.FeatureExtractor` with a :class:`~retrieval.features.store.FeatureStore` cache.
@@ -68,7 +68,7 @@ def sift_vectors(features, *, kind="rootsift", n_base=100_000, n_train=20_000, n
     """(train, base, queries) float32 descriptor matrices split by image.
 
     ``kind="rootsift"``: RootSIFT (Euclidean search); ``kind="l1"``: SIFT divided by its l1 norm (chi2 search,
-    as the SIFT1M vectors of seed 001 section 5.1).
+    as the SIFT1M vectors of Bourrier et al. 2015, section 5.1).
     """
     from retrieval.features import root_sift
 
@@ -86,7 +86,7 @@ def sift_vectors(features, *, kind="rootsift", n_base=100_000, n_train=20_000, n
 
 
 def fisher_vectors(features, *, n_crops=40, k_gmm=64, pca_dim=64, seed=0):
-    """Fisher vectors (K=64 Gaussians on PCA-64 RootSIFT, power + L2: seed 002) of the whole images and of
+    """Fisher vectors (K=64 Gaussians on PCA-64 RootSIFT, power + L2: Jegou et al. 2012) of the whole images and of
     ``n_crops`` random sub-windows of each image (to have thousands of real FVs for the recall measure).
 
     Returns (full (n_images, D), crops (n_images * n_crops, D), crop_image (n_images * n_crops,) int64).
@@ -165,7 +165,7 @@ def alpha_diagnostics(emb, train, base):
 
 def aggregate_runs(runs, keys=("recall@10", "recall@100", "mAP", "ms_per_query", "var_ratio",
                                "alpha_spread_ratio", "alpha_asymmetry")):
-    """Merge the rows of repeated draws (seed 000 section 4.2: results averaged over draws).
+    """Merge the rows of repeated draws (Gordo et al. 2014, section 4.2: results averaged over draws).
 
     ``runs`` is a list (one per draw) of lists of rows ``{"embedding", "bits", "distance", <keys>...}``. Rows are
     matched on (embedding, bits, distance) and kept in the order of the first draw; a row missing from some draw

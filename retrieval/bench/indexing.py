@@ -2,7 +2,7 @@
 
 Both indexes get the same training vectors, parameters and queries; times are per query over the whole query
 batch after a warm-up (numba compilation excluded); recall@R is the fraction of queries whose exact nearest
-neighbour (brute force) is among the first R results (seed 002, Fig. 7; faiss's "1-recall@R").
+neighbour (brute force) is among the first R results (Jegou et al. 2012, Fig. 7; faiss's "1-recall@R").
 ``--synthetic-codes`` injects uniformly random codes (and, for IVFADC, random list sizes) after training on a
 small random set: a speed and memory measurement only (no recall).
 """

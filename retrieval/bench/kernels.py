@@ -1,4 +1,4 @@
-"""Measurements of ``retrieval bench kernels`` (seeds 001 and 004) on l1-normalised real SIFT vectors."""
+"""Measurements of ``retrieval bench kernels`` (Bourrier et al. 2015 and Kim and Choi 2017) on l1-normalised real SIFT vectors."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def part_recall(train, base, queries, gt, bits, landmarks, seed):
                           ("BE-AHK", BEAHK(b, random_state=seed))):
             rows.append({"method": name, "bits": b, **_binary(emb, train, base, queries, gt)})
             logger.info("%s", rows[-1])
-        # the asymmetric d_E of seed 000 on top of the kernel binary codes (extension)
+        # the asymmetric d_E of Gordo et al. 2014 on top of the kernel binary codes (extension)
         rows.append({"method": "KPCA+LSH d_E", "bits": b,
                      **_binary(KPCALSH(b, n_landmarks=landmarks, random_state=seed), train, base, queries, gt,
                                "expectation")})

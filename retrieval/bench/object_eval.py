@@ -1,4 +1,4 @@
-"""Box-query evaluation on the shared real images (issue 6 acceptance; seed 003 Fig. 5-style alpha sweep).
+"""Box-query evaluation on the shared real images (Zhu et al. 2013, Fig. 5-style alpha sweep).
 
 Queries: for each pair ``<name>A``/``<name>B`` of ``homogr/`` (``<name>_model.txt`` maps B to A), the query box is
 the part of A that B also sees (B's frame mapped into A, clipped to A) shrunk by ``shrink`` about its centre, and

@@ -1,4 +1,4 @@
-"""Synthetic bag-of-words data with Zipf-distributed words, for inverted-file benchmarks (seed 003 section 3.3).
+"""Synthetic bag-of-words data with Zipf-distributed words, for inverted-file benchmarks (Zhu et al. 2013, section 3.3).
 
 Word ``l`` (0-based) has probability ``p_l = (l + 1)^-s / H`` over a vocabulary of ``n_words``. An image has
 ``words_per_image`` descriptors; the count of word ``l`` in an image is modelled as Poisson with mean

@@ -1,4 +1,4 @@
-"""CLI commands of issue 3 (aggregation): train vocab, bench aggregate."""
+"""CLI commands for aggregation: train vocab, bench aggregate."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def train_vocab(ctx, images, out, kind, k, pca_dim, pca_out, no_rootsift, detect
     """Learn a visual vocabulary (k-means or GMM) from IMAGES (files or folders).
 
     Extracts local features (Hessian-affine + SIFT by default), applies RootSIFT and a local PCA, then trains
-    the vocabulary (seed 002 sec. III). Writes OUT and, with --pca-dim > 0, the local PCA next to it.
+    the vocabulary (Jegou et al. 2012, sec. III). Writes OUT and, with --pca-dim > 0, the local PCA next to it.
     """
     import numpy as np
 
@@ -196,7 +196,7 @@ def _gmm_bench(n, d, K, seed, max_iter):
 def bench_aggregate(n_images, T, d, K, repeats, gmm_samples, gmm_components, gmm_max_iter, seed, as_json):
     """Fisher-vector encoding time against VLFeat (cyvlfeat) in the same run, and GMM training time.
 
-    Heavy: run it as ``flock /tmp/retrieval-heavy.lock retrieval bench aggregate --json``.
+    Heavy: minutes on two cores.
     """
     import os
 

@@ -1,4 +1,4 @@
-"""CLI commands of issue 7 (application): index, query, info, remove, presets, demo.
+"""CLI commands for application: index, query, info, remove, presets, demo.
 
 Each command is a few lines over :class:`retrieval.app.index.Index`; results on stdout, progress bars and logs on
 stderr. ``--json`` outputs are documented in docs/cli.md and docs/user-guide.md.

@@ -1,7 +1,7 @@
-"""CLI commands of issue 5 (binary codes and kernels): ``bench binary``, ``bench kernels``.
+"""CLI commands for binary codes and kernels: ``bench binary``, ``bench kernels``.
 
-Both run on real descriptors of the shared real photos (``../shared/data/minibench.json``); heavy: run them under
-``flock /tmp/retrieval-heavy.lock``.
+Both run on real descriptors of the shared real photos (``../shared/data/minibench.json``); both are heavy
+(minutes on two cores).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def _binary_draw(data_kind, bench_spec, paths, feats, bits, names, distances, n_
 @click.option("--bits", default="32,64,128,256", show_default=True, help="Comma-separated code sizes.")
 @click.option("--embeddings", default=",".join(ALL_EMBEDDINGS), show_default=True,
               help="Comma-separated subset of LSH,LSBC,SH,PCAE,PCAE-RR,PCAE-ITQ.")
-@click.option("--with-hat", is_flag=True, help="Also report d_E-hat (seed 000 eq. 27).")
+@click.option("--with-hat", is_flag=True, help="Also report d_E-hat (Gordo et al. 2014, eq. 27).")
 @click.option("--speed", is_flag=True, help="Only the speed comparison (1M codes of 8 bytes, one thread).")
 @click.option("--n-codes", default=1_000_000, show_default=True, help="Database codes of the --speed run.")
 @click.option("--n-base", default=100_000, show_default=True, help="SIFT base vectors.")
@@ -184,7 +184,7 @@ def _binary_draw(data_kind, bench_spec, paths, feats, bits, names, distances, n_
               "sub-windows of the query images).")
 @click.option("--n-crops", default=40, show_default=True, help="Random sub-windows per image (--data fv).")
 @click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Draws averaged (seed 000 4.2): draw r uses seed + r for the image split, the sampled "
+              help="Draws averaged (Gordo et al. 2014, sec. 4.2): draw r uses seed + r for the image split, the sampled "
                    "vectors / sub-windows / FV model and the random projections.")
 @click.option("--alphas", type=click.Choice(["train", "base"]), default="train", show_default=True,
               help="Sample the d_E statistics (eq. 22-23, 28-29) are estimated on: the training vectors (the "
@@ -193,7 +193,7 @@ def _binary_draw(data_kind, bench_spec, paths, feats, bits, names, distances, n_
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
 def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, n_query, n_crops, repeats, alphas,
                  seed, as_json):
-    """Recall of the six binary embeddings with Hamming, d_E and d_LB (seed 000), on real data.
+    """Recall of the six binary embeddings with Hamming, d_E and d_LB (Gordo et al. 2014), on real data.
 
     Rows: {"embedding", "bits", "distance", "recall@10", "recall@100", "ms_per_query"} (+ "mAP" on minibench
     for --data fv), each the mean over --repeats draws, with "<key>_sd" (sample standard deviation over the
@@ -237,7 +237,7 @@ def bench_binary(data_kind, bits, embeddings, with_hat, speed, n_codes, n_base, 
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_kernels(bits, n_base, n_query, landmarks, parts, seed, as_json):
-    """chi2 kernel search on real SIFT (seeds 001, 004): KPCA+PQ / KPCA+LSH / KLSH / RMMH / BE-AHK recall@R,
+    """chi2 kernel search on real SIFT (Bourrier et al. 2015 and Kim and Choi 2017): KPCA+PQ / KPCA+LSH / KLSH / RMMH / BE-AHK recall@R,
     KPCA+PQ pre-processing (Table 2), exact search with the KPCA bound, BE-AHK kernel preservation and
     robustness to a landmark/query distribution shift."""
     from retrieval.bench import binary as bb

@@ -1,4 +1,4 @@
-"""CLI commands of issue 8 (evaluation): eval score, eval run, data download."""
+"""CLI commands for evaluation: eval score, eval run, data download."""
 
 from __future__ import annotations
 

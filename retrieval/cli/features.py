@@ -1,4 +1,4 @@
-"""CLI commands of issue 2 (features): extract, match, bench extract."""
+"""CLI commands for features: extract, match, bench extract."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CLI commands of issue 4 (compression and search): bench pq, bench ivfadc."""
+"""CLI commands for compression and search: bench pq, bench ivfadc."""
 
 from __future__ import annotations
 

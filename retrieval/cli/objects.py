@@ -1,4 +1,4 @@
-"""CLI commands of issue 6 (object retrieval): bench invfile, bench akm, train akm."""
+"""CLI commands for object retrieval: bench invfile, bench akm, train akm."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def bench_invfile(n_images, words_per_image, n_words, query_words, zipf_s, n_queries, k, seed, as_json):
-    """Inverted-file query time of l1, l2, delta1, delta2 (seed 003 section 3.3) on synthetic Zipf words.
+    """Inverted-file query time of l1, l2, delta1, delta2 (Zhu et al. 2013, section 3.3) on synthetic Zipf words.
 
     Methods are interleaved query by query (same index, same queries, one thread), so the ratio
-    delta1 / l1 is measured in one run. Run it under `flock /tmp/retrieval-heavy.lock`.
+    delta1 / l1 is measured in one run.
     """
     import numpy as np
 
@@ -101,8 +101,7 @@ def bench_akm(descriptors, train_words, train_descriptors, n_iter, assign_words,
 
     DESCRIPTORS is a float32 .npy of shape (n, d) (e.g. RootSIFT). The assignment test holds out the last
     ASSIGN_DESCRIPTORS rows; its vocabulary of ASSIGN_WORDS words is built with `ApproximateKMeans.from_centers`
-    over a sample of the other rows (one AKM iteration would cost as much as the training run). Run it under
-    `flock /tmp/retrieval-heavy.lock`.
+    over a sample of the other rows (one AKM iteration would cost as much as the training run).
     """
     import numpy as np
 
@@ -204,8 +203,8 @@ def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
 def bench_object(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, seed, as_json):
     """Box queries (16 homogr pairs + box/box_in_scene) among all shared images: top-1 and box IoU rates.
 
-    The vocabulary is learnt on the database images themselves (the Oxford105K protocol of seed 003).
-    Run it under `flock /tmp/retrieval-heavy.lock` (feature extraction on first run, vocabulary training).
+    The vocabulary is learnt on the database images themselves (the Oxford105K protocol of Zhu et al. 2013).
+    Heavy on its first run (feature extraction, vocabulary training).
     """
     from retrieval.bench.object_eval import box_queries, evaluate, shared_images
     from retrieval.features import FeatureExtractor

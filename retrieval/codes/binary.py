@@ -1,6 +1,6 @@
-"""Binary codes with symmetric and asymmetric distances (seed 000): the public entry point.
+"""Binary codes with symmetric and asymmetric distances (Gordo et al. 2014): the public entry point.
 
-``retrieval.codes.binary`` gathers the six embeddings h(x) = q(g(x)) of seed 000 section 2
+``retrieval.codes.binary`` gathers the six embeddings h(x) = q(g(x)) of Gordo et al. 2014, section 2
 (:class:`LSH`, :class:`LSBC`, :class:`SH`, :class:`PCAE`, :class:`PCAERR`, :class:`PCAEITQ`), each with
 ``fit``, ``encode``, ``add`` and ``search(x, k, distance="hamming" | "expectation" | "expectation_hat" |
 "lower_bound")``, and the search primitives (packed bit order, compiled Hamming scan, per-byte tables for the

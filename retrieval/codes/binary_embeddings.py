@@ -1,4 +1,4 @@
-"""Binary embeddings h(x) = q(g(x)) (seed 000, section 2) with symmetric and asymmetric search (section 3).
+"""Binary embeddings h(x) = q(g(x)) (Gordo et al. 2014, section 2) with symmetric and asymmetric search (section 3).
 
 Every embedding has the same contract:
 
@@ -63,7 +63,7 @@ def _pca(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def random_orthogonal(K: int, rng: np.random.Generator) -> np.ndarray:
-    """Random orthogonal K x K matrix from the SVD of a N(0, 1) matrix (seed 000, 2.2.2, as in ITQ [21]).
+    """Random orthogonal K x K matrix from the SVD of a N(0, 1) matrix (Gordo et al. 2014, 2.2.2, as in ITQ [21]).
 
     Returns
     -------
@@ -74,7 +74,7 @@ def random_orthogonal(K: int, rng: np.random.Generator) -> np.ndarray:
 
 
 class BinaryEmbedding(PersistableMixin):
-    """Base class: h(x) = q(g(x)) (seed 000 eq. 1), the asymmetric statistics and the searches.
+    """Base class: h(x) = q(g(x)) (Gordo et al. 2014, eq. 1), the asymmetric statistics and the searches.
 
     Subclasses implement ``_fit_g(X, rng)`` (learn g) and ``_g(X)`` (evaluate it, (n, nbits) float64).
 
@@ -137,7 +137,7 @@ class BinaryEmbedding(PersistableMixin):
         keeping g and the thresholds learnt by ``fit``.
 
         Eq. 21 defines the alphas as expectations over the distribution p of the database signatures; ``fit``
-        estimates them on its training set (seed 000 section 4.2). When that set is small or not drawn from
+        estimates them on its training set (Gordo et al. 2014, section 4.2). When that set is small or not drawn from
         the database's distribution (e.g. PCA directions fitted to few training vectors, whose in-sample
         variance exceeds the database's), the vectors being indexed are a better sample of p. Returns self.
         """
@@ -271,7 +271,7 @@ class BinaryEmbedding(PersistableMixin):
 
 
 class LSH(BinaryEmbedding):
-    """Random-hyperplane LSH (seed 000, 2.1.1, eq. 3-5): g_k(x) = r_k'(x - mu), r_k ~ N(0, I_D), t_k = 0.
+    """Random-hyperplane LSH (Gordo et al. 2014, 2.1.1, eq. 3-5): g_k(x) = r_k'(x - mu), r_k ~ N(0, I_D), t_k = 0.
 
     ``center=True`` subtracts the training mean mu (the mean centring the paper recommends); with
     ``center=False`` mu = 0 and Pr[h_k(x) = h_k(y)] = 1 - theta(x, y) / pi (eq. 2).
@@ -292,7 +292,7 @@ class LSH(BinaryEmbedding):
 
 
 class LSBC(BinaryEmbedding):
-    """Locality-sensitive binary codes for the Gaussian kernel (seed 000, 2.1.2, eq. 6-7; Raginsky-Lazebnik).
+    """Locality-sensitive binary codes for the Gaussian kernel (Gordo et al. 2014, 2.1.2, eq. 6-7; Raginsky-Lazebnik).
 
     g_k(x) = cos(r_k'x + b_k), q_k(u) = sigma(u - t_k), r_k ~ N(0, gamma I_D), b_k ~ U[0, 2 pi],
     t_k ~ U[-1, 1]. ``gamma`` is the kernel bandwidth (inverse variance: K(x, y) = exp(-gamma ||x - y||^2 / 2));
@@ -325,7 +325,7 @@ class LSBC(BinaryEmbedding):
 
 
 class PCAE(BinaryEmbedding):
-    """PCA embedding (seed 000, 2.2.1, eq. 8-9): g_k(x) = w_k'(x - mu), t_k = 0, w_k the k-th principal axis.
+    """PCA embedding (Gordo et al. 2014, 2.2.1, eq. 8-9): g_k(x) = w_k'(x - mu), t_k = 0, w_k the k-th principal axis.
 
     At most one bit per input dimension. Learnt: ``mean_`` (D,), ``components_`` (D, nbits) float32.
     """
@@ -347,7 +347,7 @@ class PCAE(BinaryEmbedding):
 
 
 class PCAERR(PCAE):
-    """PCA embedding + random rotation (seed 000, 2.2.2, eq. 10-11): W~ = W R, R random orthogonal by SVD.
+    """PCA embedding + random rotation (Gordo et al. 2014, 2.2.2, eq. 10-11): W~ = W R, R random orthogonal by SVD.
 
     Learnt: ``mean_``, ``components_`` = W R (D, nbits) float32, ``rotation_`` R (nbits, nbits) float32.
     """
@@ -360,7 +360,7 @@ class PCAERR(PCAE):
 
 
 class PCAEITQ(PCAE):
-    """PCA embedding + iterative quantisation (seed 000, 2.2.3, eq. 12-14; Gong-Lazebnik ITQ).
+    """PCA embedding + iterative quantisation (Gordo et al. 2014, 2.2.3, eq. 12-14; Gong-Lazebnik ITQ).
 
     Minimises sum ||q(g(x)) - g(x)||^2 over orthogonal R by alternating B = sign(V R) and the orthogonal
     Procrustes solution R = U_A U_B' from the SVD of B'V = U_B S U_A', starting from a random orthogonal R;
@@ -388,7 +388,7 @@ class PCAEITQ(PCAE):
 
 
 class SH(BinaryEmbedding):
-    """Spectral hashing (seed 000, 2.2.4; Weiss-Torralba-Fergus) with the analytical 1-d eigenfunctions.
+    """Spectral hashing (Gordo et al. 2014, 2.2.4; Weiss-Torralba-Fergus) with the analytical 1-d eigenfunctions.
 
     PCA to ``n_pca = min(nbits, D)`` directions; on each direction i the data range [a_i, b_i] is taken as
     uniform and the eigenfunctions of the Laplace-Beltrami operator are

@@ -1,4 +1,4 @@
-"""Search over packed binary codes: symmetric Hamming (popcount) and the asymmetric distances of seed 000.
+"""Search over packed binary codes: symmetric Hamming (popcount) and the asymmetric distances of Gordo et al. 2014.
 
 Bit order of packed codes (used everywhere in :mod:`retrieval.codes.binary`): bit ``k`` of a code
 (``h_k``, ``k = 0 .. nbits - 1``) is stored in byte ``k // 8`` at bit position ``k % 8`` counted from the
@@ -7,7 +7,7 @@ multiple of 8 the unused high bits of the last byte are 0.
 
 - :func:`hamming_topk` — symmetric Hamming distance with a compiled popcount (numba, LLVM ``ctpop``),
   k smallest per query by a counting selection (distances are small integers).
-- :func:`byte_tables` — turns per-bit costs ``beta_k^0, beta_k^1`` (seed 000 eq. 24-25 for d_E, eq. 31-32
+- :func:`byte_tables` — turns per-bit costs ``beta_k^0, beta_k^1`` (Gordo et al. 2014, eq. 24-25 for d_E, eq. 31-32
   ``gamma`` for d_LB) into one 256-entry table per byte, so that the asymmetric distance (eq. 26 / eq. 33) is
   the sum over bytes of a table look-up; the scan itself is the shared kernel
   :func:`retrieval.codes.scan.lut_scan_topk`, the same one PQ's ADC uses.
@@ -163,7 +163,7 @@ def _as_words(codes: np.ndarray) -> np.ndarray:
 
 def hamming_topk(query_codes: np.ndarray, codes: np.ndarray, k: int, *, threads: int = 1
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """k nearest database codes in Hamming distance (seed 000, symmetric baseline), compiled popcount.
+    """k nearest database codes in Hamming distance (Gordo et al. 2014, symmetric baseline), compiled popcount.
 
     Parameters
     ----------
@@ -219,7 +219,7 @@ _BYTE_ZEROS = 1.0 - _BYTE_BITS                                                  
 
 
 def byte_tables(cost0: np.ndarray, cost1: np.ndarray) -> np.ndarray:
-    """Per-bit costs -> one 256-entry look-up table per byte (seed 000, the block-of-8-bits remark after eq. 26).
+    """Per-bit costs -> one 256-entry look-up table per byte (Gordo et al. 2014, the block-of-8-bits remark after eq. 26).
 
     For byte ``b`` and byte value ``v``, ``table[b, v] = sum_{j<8} cost^{bit_j(v)}_{8b+j}`` with the
     little-endian bit order of :func:`pack_bits`. Padding bits (beyond ``nbits``) cost 0.
@@ -251,7 +251,7 @@ def byte_tables(cost0: np.ndarray, cost1: np.ndarray) -> np.ndarray:
 
 def asymmetric_topk(cost0: np.ndarray, cost1: np.ndarray, codes: np.ndarray, k: int, *, threads: int = 1
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """k smallest asymmetric distances ``sum_k cost^{h_k(y)}_k`` (seed 000 eq. 26 / eq. 33).
+    """k smallest asymmetric distances ``sum_k cost^{h_k(y)}_k`` (Gordo et al. 2014, eq. 26 / eq. 33).
 
     Builds the per-byte tables with :func:`byte_tables` and scans them with the shared kernel
     :func:`retrieval.codes.scan.lut_scan_topk`.

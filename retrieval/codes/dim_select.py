@@ -1,4 +1,4 @@
-"""Indexation-aware dimensionality reduction: choose D' for PCA + random rotation + ADC (seed 002 section V-B).
+"""Indexation-aware dimensionality reduction: choose D' for PCA + random rotation + ADC (Jegou et al. 2012, section V-B).
 
 For a code budget of ``B = M * nbits`` bits, a vector ``x`` (centred) is projected on its first ``D'`` principal
 components (the projection error ``e_p(x)`` lies in the null space of the PCA matrix, eq. 25), the projection is
@@ -51,7 +51,7 @@ class DimSelection:
     extra: dict = field(default_factory=dict)
 
     def make_projection(self, random_state=None):
-        """The PCA to ``best_dim`` followed by a random rotation (seed 002 V-B), unfitted:
+        """The PCA to ``best_dim`` followed by a random rotation (Jegou et al. 2012, sec. V-B), unfitted:
         ``retrieval.aggregation.PCAProjection(best_dim, rotation=True, random_state=random_state)``."""
         from retrieval.aggregation import PCAProjection
 

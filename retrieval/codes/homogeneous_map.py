@@ -1,8 +1,8 @@
-"""Explicit feature maps for additive homogeneous kernels (Vedaldi-Zisserman) and BE-AHK (seed 004).
+"""Explicit feature maps for additive homogeneous kernels (Vedaldi-Zisserman) and BE-AHK (Kim and Choi 2017).
 
 A homogeneous kernel k(x, y) = sqrt(x y) kappa(log y - log x) has a closed-form spectrum kappa^(omega)
 (Fourier transform of its signature kappa). Sampling it with step L = 2 pi / period gives the finite map
-(Vedaldi-Zisserman, uniform window; seed 004 eq. 4 and "2m + 1 dimensional feature maps"):
+(Vedaldi-Zisserman, uniform window; Kim and Choi 2017, eq. 4 and "2m + 1 dimensional feature maps"):
 
     Psi_0(x)      = sqrt(x L kappa^(0))
     Psi_{2j-1}(x) = sqrt(2 x L kappa^(j L)) cos(j L log x)
@@ -12,7 +12,7 @@ so that sum over dimensions of <Psi(x_i), Psi(y_i)> ~ K(x, y). Spectra (kernel d
 :mod:`retrieval.codes.kernels`): chi2 2xy/(x+y): kappa^(w) = sech(pi w); intersection min(x, y):
 kappa^(w) = (2/pi) / (1 + 4 w^2); Hellinger sqrt(xy): kappa^ = delta, whose map is exactly sqrt(x).
 
-BE-AHK (seed 004 eq. 5): h(x) = sigma(w' Psi(x)), w ~ N(0, I) — random hyperplanes on the map, no training.
+BE-AHK (Kim and Choi 2017, eq. 5): h(x) = sigma(w' Psi(x)), w ~ N(0, I) — random hyperplanes on the map, no training.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def default_period(kernel: str, n: int) -> float:
 
 
 class HomogeneousKernelMap:
-    """Vedaldi-Zisserman explicit map of an additive homogeneous kernel (seed 004 eq. 4, Table 1).
+    """Vedaldi-Zisserman explicit map of an additive homogeneous kernel (Kim and Choi 2017, eq. 4, Table 1).
 
     Parameters
     ----------
@@ -108,7 +108,7 @@ class HomogeneousKernelMap:
 
 
 class BEAHK(BinaryEmbedding):
-    """Binary embedding with additive homogeneous kernels (seed 004 eq. 5): h(x) = sigma(w' Psi_m(x)).
+    """Binary embedding with additive homogeneous kernels (Kim and Choi 2017, eq. 5): h(x) = sigma(w' Psi_m(x)).
 
     Random hyperplanes w ~ N(0, I) on the Vedaldi-Zisserman map; no training data is needed for the codes
     (``fit`` uses X only for its dimension and for the d_E statistics alpha).

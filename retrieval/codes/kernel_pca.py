@@ -1,4 +1,4 @@
-"""Kernel PCA explicit embedding (seed 001, section 2.2.1, eq. 11, centred in feature space) and R(x) (eq. 21).
+"""Kernel PCA explicit embedding (Bourrier et al. 2015, section 2.2.1, eq. 11, centred in feature space) and R(x) (eq. 21).
 
 With ``M`` landmarks Y = {y_1..y_M}, Gram matrix K(Y) and its feature-space centring
 ``K_c = H K H`` (H = I - 11'/M), eigenpairs ``K_c u_i = sigma_i^2 u_i`` give the principal axes
@@ -29,7 +29,7 @@ from retrieval.core.persistence import PersistableMixin
 
 
 class KernelPCAEmbedding(PersistableMixin):
-    """KPCA explicit embedding Psi~ : R^d -> R^E for a Mercer kernel (seed 001 eq. 11, centred).
+    """KPCA explicit embedding Psi~ : R^d -> R^E for a Mercer kernel (Bourrier et al. 2015, eq. 11, centred).
 
     Parameters
     ----------
@@ -80,7 +80,7 @@ class KernelPCAEmbedding(PersistableMixin):
         return self
 
     def fit_landmarks(self, Y):
-        """Compute the KPCA from given landmarks ``Y`` (M, d) (e.g. for the seed 004 Fig. 6 protocol)."""
+        """Compute the KPCA from given landmarks ``Y`` (M, d) (e.g. for the Kim and Choi 2017, Fig. 6 protocol)."""
         Y = check_histograms(Y, "Y", nonneg=self.kernel != "rbf")
         M = Y.shape[0]
         K = kernel_matrix(Y, Y, self.kernel, gamma=self.gamma).astype(np.float64)

@@ -1,13 +1,13 @@
 """Mercer kernels for l1-normalised non-negative vectors (histograms, SIFT) and their Gram matrices.
 
-- ``"chi2"``: K(x, y) = sum_i 2 x_i y_i / (x_i + y_i) (terms with x_i + y_i = 0 count 0). Seed 001 eq. 19
+- ``"chi2"``: K(x, y) = sum_i 2 x_i y_i / (x_i + y_i) (terms with x_i + y_i = 0 count 0). Bourrier et al. 2015, eq. 19
   writes the sum without the factor 2 but states K(x, x) = 1 for l1-normalised data, which needs the factor
-  (seed 004 Table 1 and VLFeat include it); the ranking of neighbours is the same either way.
-- ``"intersection"``: K(x, y) = sum_i min(x_i, y_i) (seed 001 eq. 13).
-- ``"hellinger"``: K(x, y) = sum_i sqrt(x_i y_i) (seed 004 Table 1).
+  (Kim and Choi 2017, Table 1 and VLFeat include it); the ranking of neighbours is the same either way.
+- ``"intersection"``: K(x, y) = sum_i min(x_i, y_i) (Bourrier et al. 2015, eq. 13).
+- ``"hellinger"``: K(x, y) = sum_i sqrt(x_i y_i) (Kim and Choi 2017, Table 1).
 - ``"rbf"``: K(x, y) = exp(-gamma ||x - y||^2).
 
-For l1-normalised non-negative input the first three have K(x, x) = 1 (so nearest neighbours in d_K, seed 001
+For l1-normalised non-negative input the first three have K(x, x) = 1 (so nearest neighbours in d_K, Bourrier et al. 2015
 eq. 4, are the largest kernel values, eq. 7). The Gram matrices are computed by compiled loops in blocks.
 """
 

@@ -1,10 +1,10 @@
-"""Kernelized LSH (seed 001 section 3.1, eq. 14-15; Kulis and Grauman 2009) as a binary embedding.
+"""Kernelized LSH (Bourrier et al. 2015, section 3.1, eq. 14-15; Kulis and Grauman 2009) as a binary embedding.
 
 M landmarks Y are drawn from the training data; with the centred Gram matrix K_c = H K(Y) H, each bit uses
 ``w = K_c^{-1/2} e_S`` (eq. 15), e_S the indicator of Q landmarks drawn at random, and
 ``h(x) = sigma(sum_i w_i K_c(x, y_i))`` (eq. 14) where K_c(x, y_i) is the kernel centred in feature space
 (Kulis-Grauman centre the data so that the random direction is a Gaussian around the mean). ``rank`` keeps
-only the leading eigenvectors of K_c (the KLSH(rank) variant of Jiang et al. used in seed 004).
+only the leading eigenvectors of K_c (the KLSH(rank) variant of Jiang et al. used in Kim and Choi 2017).
 
 Being a :class:`~retrieval.codes.binary_embeddings.BinaryEmbedding`, it also has the asymmetric distances.
 """
@@ -31,7 +31,7 @@ def _centred_gram_eig(Y, kernel, gamma):
 
 
 class KLSH(BinaryEmbedding):
-    """Kernelized LSH, h_k(x) = sigma(w_k' K_c(x, Y)) with w_k = K_c(Y)^{-1/2} e_S (seed 001 eq. 14-15).
+    """Kernelized LSH, h_k(x) = sigma(w_k' K_c(x, Y)) with w_k = K_c(Y)^{-1/2} e_S (Bourrier et al. 2015, eq. 14-15).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Product quantisation with asymmetric (ADC) and symmetric (SDC) distance computation (seed 002, section V-A).
+"""Product quantisation with asymmetric (ADC) and symmetric (SDC) distance computation (Jegou et al. 2012, section V-A).
 
 A vector ``x`` of dimension ``d`` is split into ``M`` sub-vectors of ``dsub = d / M`` components; each is
 quantised by its own k-means codebook of ``ksub = 2**nbits`` centroids (eq. 22), so that the code of ``x`` is
@@ -25,7 +25,7 @@ __all__ = ["ProductQuantizer"]
 
 
 class ProductQuantizer(PersistableMixin):
-    """Product quantiser ``ADC M x nbits`` (seed 002 eq. 21-23) with an exhaustive ADC/SDC search.
+    """Product quantiser ``ADC M x nbits`` (Jegou et al. 2012, eq. 21-23) with an exhaustive ADC/SDC search.
 
     Parameters
     ----------
@@ -167,7 +167,7 @@ class ProductQuantizer(PersistableMixin):
         return out.reshape(codes.shape[0], self.d_).astype(np.float32, copy=False)
 
     def compute_distance_tables(self, x) -> np.ndarray:
-        """ADC look-up tables: ``T[q, m, j] = ||x_q^m - c_{m,j}||^2`` (seed 002 eq. 23).
+        """ADC look-up tables: ``T[q, m, j] = ||x_q^m - c_{m,j}||^2`` (Jegou et al. 2012, eq. 23).
 
         Parameters
         ----------

@@ -1,4 +1,4 @@
-"""Random Maximum Margin Hashing (seed 001 section 3.2, eq. 16-18; Joly and Buisson 2011).
+"""Random Maximum Margin Hashing (Bourrier et al. 2015, section 3.2, eq. 16-18; Joly and Buisson 2011).
 
 Each bit draws ``n_per_hash`` (even) training vectors from a pool of ``n_landmarks``, labels half of them +1 and
 half -1 at random, and trains a C-SVM on the precomputed kernel (scikit-learn's ``SVC(kernel="precomputed")``,
@@ -17,7 +17,7 @@ from retrieval.core.checks import check_choice, check_scalar
 
 
 class RMMH(BinaryEmbedding):
-    """RMMH binary embedding (seed 001 eq. 16-18).
+    """RMMH binary embedding (Bourrier et al. 2015, eq. 16-18).
 
     Parameters
     ----------

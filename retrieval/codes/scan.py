@@ -1,7 +1,7 @@
 """Table look-up scan kernels: the one interface shared by PQ's ADC and the binary codes' asymmetric distances.
 
 A code is ``M`` sub-codes (one per column); a query is turned into ``M`` look-up tables of ``ksub`` entries;
-the distance of a database code ``c`` is ``sum_m tables[m, c[m]]`` (seed 002 eq. 23 for PQ; seed 000 eq. 26/33
+the distance of a database code ``c`` is ``sum_m tables[m, c[m]]`` (Jegou et al. 2012, eq. 23 for PQ; Gordo et al. 2014, eq. 26/33
 for binary codes, where each byte is a sub-code with a 256-entry table).
 
 :func:`lut_scan_topk` is the compiled kernel (numba, cached compilation): one pass over the codes per query,
@@ -174,7 +174,7 @@ def _check_inputs(tables, codes, k, threads):
 
 def lut_scan_topk(tables: np.ndarray, codes: np.ndarray, k: int, *, threads: int = 1,
                   largest: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """k smallest (or largest) table-look-up sums for a batch of queries (seed 002 eq. 21 and 23).
+    """k smallest (or largest) table-look-up sums for a batch of queries (Jegou et al. 2012, eq. 21 and 23).
 
     Compiled kernel. Code values must be below ``ksub`` (checked, at no cost when ``ksub`` covers the code dtype,
     e.g. 256 entries for uint8). Ties are broken by the smaller row index, like :func:`lut_scan_topk_reference`.

@@ -1,10 +1,10 @@
 """The ``binary`` and ``object`` backends of :mod:`retrieval.engine.pipeline` (same interface as ``GlobalBackend``).
 
 - :class:`BinaryBackend`: the global vector of :class:`retrieval.engine.pipeline.GlobalBackend` turned into a binary
-  code h(x) = q(g(x)) by an embedding of :mod:`retrieval.codes.binary` (seed 000 sec. 2; PCAE-ITQ by
+  code h(x) = q(g(x)) by an embedding of :mod:`retrieval.codes.binary` (Gordo et al. 2014, sec. 2; PCAE-ITQ by
   default) and searched with the symmetric Hamming distance or the asymmetric d_E (eq. 21-26) / d_LB (eq. 30-33)
   through the table look-up scan. State: ``ids.npy`` (n,) int64 and ``codes.npy`` (n, nbits / 8) uint8.
-- :class:`ObjectBackend`: :class:`retrieval.engine.object_search.ObjectSearcher` (seed 003: large-vocabulary BoW in an
+- :class:`ObjectBackend`: :class:`retrieval.engine.object_search.ObjectSearcher` (Zhu et al. 2013: large-vocabulary BoW in an
   inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranking) adapted to the index folder.
 """
 
@@ -46,10 +46,10 @@ class CodesBackend(GlobalBackend):
     """Global vectors stored only as PQ codes and ranked by the codes' own asymmetric distances.
 
     ``index.type == "adc"``: a :class:`retrieval.codes.ProductQuantizer` (``M`` x ``nbits``) trained with the
-    model; exhaustive ADC ranking (seed 002 eq. 21-23) through :func:`retrieval.codes.scan.lut_scan_topk`.
+    model; exhaustive ADC ranking (Jegou et al. 2012, eq. 21-23) through :func:`retrieval.codes.scan.lut_scan_topk`.
     State: ``ids.npy`` (n,) int64, ``codes.npy`` (n, M) uint8/uint16.
     ``index.type == "ivfadc_adc"``: a :class:`retrieval.search.IVFADC` trained with the model, updated in
-    place by add/remove, ranked by its ADC distances (seed 002 VI-C). State: ``ids.npy`` and ``ivfadc/``.
+    place by add/remove, ranked by its ADC distances (Jegou et al. 2012, sec. VI-C). State: ``ids.npy`` and ``ivfadc/``.
     ``score`` = minus the (squared Euclidean) ADC distance. With fewer training images than ``2**nbits`` (or
     39 x ``nlist``) the parameters are reduced with a warning (:meth:`_fit_index_model`).
     """
@@ -316,7 +316,7 @@ class BinaryBackend(GlobalBackend):
 
 
 class ObjectBackend:
-    """Adapter of :class:`retrieval.engine.object_search.ObjectSearcher` (issue 6) to the backend interface.
+    """Adapter of :class:`retrieval.engine.object_search.ObjectSearcher` to the backend interface.
 
     The searcher keeps its own model (vocabulary, idf) and inverted file; ``save_model`` stores the trained but
     empty searcher, ``save_state`` the searcher with its postings (its own folder format, docs/formats.md).
@@ -432,7 +432,7 @@ class ObjectBackend:
             from retrieval.engine.pipeline import spatial_available
 
             if not spatial_available():
-                raise ValueError("--rerank spatial needs retrieval.rerank.verify_affine (issue 2), which is not "
+                raise ValueError("--rerank spatial needs retrieval.rerank.verify_affine, which is not "
                                  "available; use --rerank exact or none.")
         # the searcher verifies with the frames it stores itself (get_features=None)
         hits = self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank)

@@ -1,8 +1,8 @@
-"""Object retrieval by bounding box (seed 003): large-vocabulary BoW, inverted file, exact and spatial re-ranking.
+"""Object retrieval by bounding box (Zhu et al. 2013): large-vocabulary BoW, inverted file, exact and spatial re-ranking.
 
 Pipeline of :class:`ObjectSearcher`:
 
-1. the query object Q is the BoW histogram of the query features whose centre lies in the box (seed 003
+1. the query object Q is the BoW histogram of the query features whose centre lies in the box (Zhu et al. 2013
    section 2.2, "computed from the descriptors appearing in the ROI"), words from a large vocabulary
    (:class:`~retrieval.aggregation.large_vocabulary.ApproximateKMeans`), hard or soft (3 words) assignment,
    idf-weighted;
@@ -107,13 +107,13 @@ def _descriptors(features, rootsift):
 
 
 class ObjectSearcher:
-    """Self-contained object search engine over local features (seed 003 + Philbin 2007/2008 + Chum 2007).
+    """Self-contained object search engine over local features (Zhu et al. 2013 + Philbin 2007/2008 + Chum 2007).
 
     Parameters
     ----------
     n_words : int -- vocabulary size (100k-1M for large databases)
     assignment : {"hard", "soft"} -- soft = 3 nearest words with Gaussian weights (Philbin et al. 2008)
-    idf : bool -- idf weighting (seed 003 section 2.2)
+    idf : bool -- idf weighting (Zhu et al. 2013, section 2.2)
     shortlist : int -- R, images re-ranked exactly and spatially (200)
     min_inliers : int -- an image counts as verified with at least this many inliers
     rootsift : bool -- turn uint8 SIFT into RootSIFT before assignment
@@ -215,7 +215,7 @@ class ObjectSearcher:
         return w, tf
 
     def _exact(self, qw, qtf, cand, method, weight):
-        """Exact float64 dissimilarities (seed 003 eq. 1, 8, 10) between Q and the full histograms of cand."""
+        """Exact float64 dissimilarities (Zhu et al. 2013, eq. 1, 8, 10) between Q and the full histograms of cand."""
         idf = self.invfile_.idf_
         out = np.empty(len(cand), dtype=np.float64)
         for n, i in enumerate(cand):

@@ -2,9 +2,9 @@
 
 Regenerate the files with ``python -m retrieval.engine.paper_presets``. One preset per table row; the swept
 parameter of the row is set at run time with ``retrieval eval run ... --set KEY=VALUE`` (strict: the key must exist
-in the preset), e.g. ``--set projection.n_components=512`` (D' of seed 002 Table I), ``--set projection=null``
-(D' = D), ``--set index.bits=64`` and ``--set search.method=lower_bound`` (seed 000 Fig. 9),
-``--set search.method=delta2`` (seed 003).
+in the preset), e.g. ``--set projection.n_components=512`` (D' of Jegou et al. 2012, Table I), ``--set projection=null``
+(D' = D), ``--set index.bits=64`` and ``--set search.method=lower_bound`` (Gordo et al. 2014, Fig. 9),
+``--set search.method=delta2`` (Zhu et al. 2013).
 
 Every preset carries a ``paper`` block: the seed, table/figure, row, and the published figures (as printed in the
 seed texts; OCR'd tables were read cell by cell). The papers do no spatial re-ranking in these tables, so the presets
@@ -21,7 +21,7 @@ from pathlib import Path
 FEATURES = {"detector": "hesaff", "max_side": 1024}
 TRAINING = {"max_images": 5000, "max_descriptors": 1000000, "random_state": 0}
 
-# seed 002, Table I: Holidays mAP for D' = D, 2048, 512, 128, 64, 32 (None: not applicable, D' >= D)
+# Jegou et al. 2012, Table I: Holidays mAP for D' = D, 2048, 512, 128, 64, 32 (None: not applicable, D' >= D)
 TABLE_I = {
     ("bow", 1000): [40.1, None, 43.5, 44.4, 43.4, 40.8],
     ("bow", 20000): [43.7, 41.8, 44.9, 45.2, 44.4, 41.8],
@@ -34,7 +34,7 @@ TABLE_I = {
 }
 D_PRIME = ["D", 2048, 512, 128, 64, 32]
 
-# seed 002, Table II (raw D | D'=128): UKB 4 x recall@4, Holidays / Oxford / Oxford learned on Paris mAP
+# Jegou et al. 2012, Table II (raw D | D'=128): UKB 4 x recall@4, Holidays / Oxford / Oxford learned on Paris mAP
 TABLE_II = {
     ("bow", 200000): {"ukb": [2.81, None], "holidays": [54.0, None], "oxford": [36.4, None],
                       "oxford_paris_vocabulary": [None, None]},
@@ -46,7 +46,7 @@ TABLE_II = {
                    "oxford_paris_vocabulary": [37.8, 28.7]},
 }
 
-# seed 002, Table III: bytes per image, UKB (score / 4 scale as printed: 4 x recall@4), Holidays mAP
+# Jegou et al. 2012, Table III: bytes per image, UKB (score / 4 scale as printed: 4 x recall@4), Holidays mAP
 TABLE_III = {
     "fisher64-adc16x8": {"agg": ("fisher", 64), "d": 96, "M": 16, "nbits": 8, "bytes": 16, "ukb": 3.10,
                          "holidays": 50.6},
@@ -58,7 +58,7 @@ TABLE_III = {
                         "holidays": 49.5},
 }
 
-# seed 003, Tables 5-6: Oxford105K / Oxford105K* (vocabulary learnt on Paris) mAP
+# Zhu et al. 2013, Tables 5-6: Oxford105K / Oxford105K* (vocabulary learnt on Paris) mAP
 TABLE_5 = {"selected (soft, l1)": [73.88, 54.47], "different assignment (hard, l1)": [70.93, 48.95],
            "different distance (soft, l2)": [70.03, 51.07], "with re-ranking": [76.59, 71.82]}
 TABLE_6 = {"best l_p": [73.88, 54.47], "best delta_p": [78.14, 61.05], "Best_1": [62.2, 34.3],
@@ -96,14 +96,14 @@ def build() -> dict:
                  "sweep": "--set projection.n_components=D' (or --set projection=null for D'=D)"}
         if (agg, k) in TABLE_II:
             paper["table_II"] = TABLE_II[(agg, k)]
-        desc = (f"Seed 002 Table I row {agg_class[agg]} K={k}: "
+        desc = (f"Jegou et al. 2012, Table I row {agg_class[agg]} K={k}: "
                 + ("RootSIFT (the paper: SIFT) BoW histogram, idf, L2 (Sec. II-A)" if agg == "bow" else
                    "RootSIFT-PCA64, " + ("Fisher vector (eq. 6)" if agg == "fisher" else "VLAD (eq. 18)")
                    + ", power 0.5 + L2 (eq. 7)")
                 + ", PCA to D' = 128 by default, exhaustive search, no re-ranking.")
         out[name] = _global(name, desc, agg, k, paper=paper, requires=[f"retrieval.aggregation:{agg_class[agg]}"])
     out["paper-002-bow200k"] = _global(
-        "paper-002-bow200k", "Seed 002 Table II: BoW with a 200k-word vocabulary, raw (no PCA), exhaustive.",
+        "paper-002-bow200k", "Jegou et al. 2012, Table II: BoW with a 200k-word vocabulary, raw (no PCA), exhaustive.",
         "bow", 200000, projection=None, requires=["retrieval.aggregation:BoW"],
         paper={"seed": "002", "table": "II", "row": "BOW 200k", "table_II": TABLE_II[("bow", 200000)]})
     # 200k words need 2M training descriptors (10 per word, training.min_descriptors_per_word)
@@ -113,7 +113,7 @@ def build() -> dict:
         agg, k = t["agg"]
         name = f"paper-002-{key}"
         out[name] = _global(
-            name, f"Seed 002 Table III: {agg_class[agg]} K={k}, PCA to D'={t['d']} + random rotation, ADC "
+            name, f"Jegou et al. 2012, Table III: {agg_class[agg]} K={k}, PCA to D'={t['d']} + random rotation, ADC "
                   f"{t['M']}x{t['nbits']} (eq. 21-23), {t['bytes']} bytes per image, ranked by ADC distance.",
             agg, k, projection=t["d"], requires=[f"retrieval.aggregation:{agg_class[agg]}",
                                                  "retrieval.codes:ProductQuantizer"],
@@ -121,7 +121,7 @@ def build() -> dict:
             paper={"seed": "002", "table": "III", "row": key, "bytes": t["bytes"],
                    "figures": {"ukb": t["ukb"], "holidays": t["holidays"]}})
     out["paper-002-ivfadc"] = _global(
-        "paper-002-ivfadc", "Seed 002 Sec. VI-C / Fig. 6: Fisher K=64, PCA to D'=96 + rotation, IVFADC with 8192 "
+        "paper-002-ivfadc", "Jegou et al. 2012, Sec. VI-C / Fig. 6: Fisher K=64, PCA to D'=96 + rotation, IVFADC with 8192 "
                             "lists of which 64 are visited, 16x8 codes + 4-byte ids, ranked by ADC distance.",
         "fisher", 64, projection=96, requires=["retrieval.aggregation:FisherVector", "retrieval.search.ivfadc:IVFADC"],
         index={"type": "ivfadc_adc", "nlist": 8192, "nprobe": 64, "M": 16, "nbits": 8, "min_images": 0},
@@ -129,7 +129,7 @@ def build() -> dict:
                "figures": {}})
     for emb in ("LSH", "LSBC", "SH", "PCAE", "PCAERR", "PCAEITQ"):
         name = f"paper-000-{emb.lower()}"
-        p = _global(name, f"Seed 000 Fig. 9: Fisher vector (K=64, 4096-d), {emb} binary embedding of 128 bits; "
+        p = _global(name, f"Gordo et al. 2014, Fig. 9: Fisher vector (K=64, 4096-d), {emb} binary embedding of 128 bits; "
                           "distance hamming (symmetric), expectation (d_E, eq. 21-26) or lower_bound (d_LB, "
                           "eq. 30-33) via --set search.method=...; bits via --set index.bits=32..512.",
                     "fisher", 64, projection=None, requires=["retrieval.aggregation:FisherVector",
@@ -155,7 +155,7 @@ def build() -> dict:
         figs = TABLE_5.get(row) or TABLE_6.get(row)
         out[name] = {
             "name": name, "version": 1, "kind": "object",
-            "description": f"Seed 003 Tables 5-6 ({row}): RootSIFT, 1M-word vocabulary (approximate k-means), "
+            "description": f"Zhu et al. 2013, Tables 5-6 ({row}): RootSIFT, 1M-word vocabulary (approximate k-means), "
                            f"{assignment} assignment, idf, {method}"
                            + (" with alpha = 0.5 (eq. 8-9)" if method == "delta1" else "")
                            + (" (eq. 10-11)" if method == "delta2" else "")

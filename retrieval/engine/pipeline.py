@@ -2,12 +2,12 @@
 
 One backend class per preset ``kind`` behind one small interface (:class:`Backend`):
 
-- ``global`` (:class:`GlobalBackend`): RootSIFT, local PCA to 64-d, a Fisher vector or VLAD (seed 002 eq. 6 /
+- ``global`` (:class:`GlobalBackend`): RootSIFT, local PCA to 64-d, a Fisher vector or VLAD (Jegou et al. 2012, eq. 6 /
   eq. 18, power + L2 normalisation eq. 7), optional PCA of the aggregated vector, then exhaustive inner-product
-  search, or IVFADC (seed 002 sec. V-A) once the collection has ``index.min_images`` images;
+  search, or IVFADC (Jegou et al. 2012, sec. V-A) once the collection has ``index.min_images`` images;
 - ``binary`` (:mod:`retrieval.engine.backends`): the same vector turned into a binary code searched with an
-  asymmetric distance (seed 000);
-- ``object`` (:mod:`retrieval.engine.backends`): the large-vocabulary inverted file with delta_1 of seed 003,
+  asymmetric distance (Gordo et al. 2014);
+- ``object`` (:mod:`retrieval.engine.backends`): the large-vocabulary inverted file with delta_1 of Zhu et al. 2013,
   through :class:`retrieval.engine.object_search.ObjectSearcher`.
 
 The interface: ``train(sample)`` learns the model from a sample of the collection's features, ``save_model`` /
@@ -46,8 +46,8 @@ AGGREGATION_METHODS = ("fisher", "vlad", "bow")
 """Aggregations the global and binary backends run (``aggregation.method``)."""
 GLOBAL_INDEX_TYPES = ("flat", "ivfadc", "adc", "ivfadc_adc")
 """``index.type`` of global presets: ``flat`` exhaustive inner product; ``ivfadc`` IVFADC shortlist re-scored
-exactly (from ``index.min_images`` images); ``adc`` exhaustive PQ/ADC ranking (seed 002 eq. 21-23, codes only);
-``ivfadc_adc`` IVFADC ranking by its own ADC distances (seed 002 VI-C, codes only)."""
+exactly (from ``index.min_images`` images); ``adc`` exhaustive PQ/ADC ranking (Jegou et al. 2012, eq. 21-23, codes only);
+``ivfadc_adc`` IVFADC ranking by its own ADC distances (Jegou et al. 2012, sec. VI-C, codes only)."""
 
 STATE_FORMAT = "retrieval-index-state"
 STATE_FORMAT_VERSION = 1
@@ -210,7 +210,7 @@ class GlobalBackend(Backend):
         elif agg["method"] == "bow":
             params = dict(alpha=float(agg.get("alpha", 1.0)), idf=bool(agg.get("idf", True)), norm="l2",
                           random_state=seed)
-            if K > 1000:  # VLFeat's k-means: 447 s for 3 iterations at K = 20,000 (docs/differences.md, issue 8)
+            if K > 1000:  # VLFeat's k-means: 447 s for 3 iterations at K = 20,000 (docs/differences.md)
                 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 
                 return A.BoW.from_vocabulary(ApproximateKMeans(K, random_state=seed).fit(X), **params)

@@ -7,7 +7,7 @@ revisitop's ``compute_ap``) integrates the precision-recall curve with trapezoid
     (p0 + p1) / 2 * (1 / n_pos),   p0 = i / r  (p0 = 1 when r = 0),   p1 = (i + 1) / (r + 1)
 
 where ``n_pos`` is the number of positives in the whole database (positives never retrieved contribute 0).
-This is the "AP" of seed 002 (Sec. 5, mAP on Holidays and Oxford) and of seed 003 (Sec. 4).
+This is the "AP" of Jegou et al. 2012 (Sec. 5, mAP on Holidays and Oxford) and of Zhu et al. 2013 (Sec. 4).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Spec format (JSON, paths relative to the spec file's folder)::
 
 The database is every image (group members and distractors). A query's ranked list may contain the query itself:
 it is ignored and the ranks after it move up by one, exactly as ``holidays_map.py`` does; AP is the trapezoidal AP
-of :mod:`retrieval.evaluation.ap` and the score is the mean over the queries (seed 002 Sec. 5, Holidays mAP).
+of :mod:`retrieval.evaluation.ap` and the score is the mean over the queries (Jegou et al. 2012, Sec. 5, Holidays mAP).
 """
 
 from __future__ import annotations

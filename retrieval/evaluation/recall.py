@@ -1,4 +1,4 @@
-"""recall@R as in seed 002 Sec. 5 (and Jegou et al., PAMI 2011): the fraction of queries whose true nearest
+"""recall@R as in Jegou et al. 2012, Sec. 5 (and Jegou et al., PAMI 2011): the fraction of queries whose true nearest
 neighbour is ranked within the first R results."""
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``.
 
     The usual Holidays/Oxford practice: images are processed with their larger side at most 1024 px and
-    features reported in original coordinates (seed 002, section II, "experimental setup of [12]").
+    features reported in original coordinates (Jegou et al. 2012, section II, "experimental setup of [12]").
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""PCA of local descriptors (seed 002, section III-D): 128-d SIFT/RootSIFT -> d = 64 before aggregation."""
+"""PCA of local descriptors (Jegou et al. 2012, section III-D): 128-d SIFT/RootSIFT -> d = 64 before aggregation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from retrieval.core.persistence import PersistableMixin
 class LocalPCA(PersistableMixin):
     """PCA of local descriptors, ``x' = M (x - mu)`` with ``M`` the top eigenvectors of the covariance.
 
-    Seed 002, III-D: "the eigenvectors associated with the most energetic eigenvalues of the empirical vector
+    Jegou et al. 2012, III-D: "the eigenvectors associated with the most energetic eigenvalues of the empirical vector
     covariance matrix are used to define a matrix M mapping a vector x in R^128 to x' = M x" (the mean is removed
     first, as every PCA does); d = 64 is the paper's choice. Optional whitening divides component ``i`` by
     ``sqrt(lambda_i + eps)``.

@@ -107,7 +107,7 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
         from retrieval.features import root_sift
         from retrieval.rerank.verification import verify_affine
     except ImportError as exc:
-        raise ValueError(f"spatial re-ranking needs retrieval.rerank.verify_affine (issue 2), which is not "
+        raise ValueError(f"spatial re-ranking needs retrieval.rerank.verify_affine, which is not "
                          f"available: {exc}. Use --rerank none.") from None
     if len(query) == 0 or not hits:
         return hits
@@ -135,7 +135,7 @@ def spatial_rerank(hits: list[Hit], query, query_box, get_features: Callable, *,
 
 
 def spatial_available() -> bool:
-    """True when :func:`retrieval.rerank.verify_affine` (issue 2) is installed."""
+    """True when :func:`retrieval.rerank.verify_affine` is installed."""
     try:
         from retrieval.rerank.verification import verify_affine  # noqa: F401
     except ImportError:

@@ -1,11 +1,11 @@
-"""Dense reference formulas of seed 003 (Zhu, Jegou, Satoh, ICCV 2013): l_p (eq. 1), delta_p (eq. 4-11).
+"""Dense reference formulas of Zhu et al. 2013 (Zhu, Jegou, Satoh, ICCV 2013): l_p (eq. 1), delta_p (eq. 4-11).
 
 These work on full (dense) histograms and touch every component: they are the oracle against which the inverted
 file (:mod:`retrieval.search.invfile`) is tested, and what the object searcher uses to re-rank its shortlist
 exactly. All computations are in float64.
 
 Notation: ``Q`` is a query histogram of shape (k,), ``T`` a matrix of database histograms of shape (N, k); both are
-non-negative and already weighted by idf when idf is used (seed 003 section 2.2).
+non-negative and already weighted by idf when idf is used (Zhu et al. 2013, section 2.2).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _prep(Q, T):
 
 
 def idf_weights(df, n_images: int) -> np.ndarray:
-    """Inverse document frequency ``idf_l = log(N / n_l)`` (seed 003 section 2.2; Sivic & Zisserman 2003).
+    """Inverse document frequency ``idf_l = log(N / n_l)`` (Zhu et al. 2013, section 2.2; Sivic & Zisserman 2003).
 
     Parameters
     ----------
@@ -64,7 +64,7 @@ def idf_weights(df, n_images: int) -> np.ndarray:
 
 
 def lp_distance(Q, T, p: int = 1) -> np.ndarray:
-    """Symmetric baseline, seed 003 eq. 1: ``|| Q/||Q||_p - T_j/||T_j||_p ||_p``.
+    """Symmetric baseline, Zhu et al. 2013, eq. 1: ``|| Q/||Q||_p - T_j/||T_j||_p ||_p``.
 
     Parameters
     ----------
@@ -87,7 +87,7 @@ def lp_distance(Q, T, p: int = 1) -> np.ndarray:
 
 
 def delta_p(Q, T, w: float, p: int = 1) -> np.ndarray:
-    """Asymmetric dissimilarity, seed 003 eq. 4-5: ``|| w max(Q - T_j, 0) + max(T_j - Q, 0) ||_p``.
+    """Asymmetric dissimilarity, Zhu et al. 2013, eq. 4-5: ``|| w max(Q - T_j, 0) + max(T_j - Q, 0) ||_p``.
 
     ``w = inf`` is the limit case of Table 4 divided by ``w``: ``|| max(Q - T_j, 0) ||_p`` (the query outliers
     Qout only), as in Fig. 2 where ``delta_1(Q, T_1, inf) = 1``.
@@ -114,7 +114,7 @@ def delta_p(Q, T, w: float, p: int = 1) -> np.ndarray:
 
 
 def delta1(Q, T, wbar: float) -> np.ndarray:
-    """Seed 003 eq. 8: ``delta_1(Q, T_j, wbar) = ||T_j||_1 - wbar ||min(Q, T_j)||_1``.
+    """Zhu et al. 2013, eq. 8: ``delta_1(Q, T_j, wbar) = ||T_j||_1 - wbar ||min(Q, T_j)||_1``.
 
     Equal to eq. 4 (p = 1) with ``w = wbar - 1`` minus the constant ``w ||Q||_1``.
 
@@ -133,7 +133,7 @@ def delta1(Q, T, wbar: float) -> np.ndarray:
 
 
 def delta1_wbar(Q, T, alpha: float = 0.5) -> float:
-    """Seed 003 eq. 9: ``wbar = alpha_1 sum_j ||T_j||_1 / sum_j ||min(Q, T_j)||_1`` over the N database images.
+    """Zhu et al. 2013, eq. 9: ``wbar = alpha_1 sum_j ||T_j||_1 / sum_j ||min(Q, T_j)||_1`` over the N database images.
 
     Returns 0.0 when the query shares no word with the database (every image then scores ``||T_j||_1``).
     """
@@ -152,7 +152,7 @@ def _delta2_terms(Q, T):
 
 
 def delta2(Q, T, w: float) -> np.ndarray:
-    """Seed 003 eq. 10: ``w ||Q - min(Q, T_j)||_2 + ||T_j - min(Q, T_j)||_2`` expanded into dot products.
+    """Zhu et al. 2013, eq. 10: ``w ||Q - min(Q, T_j)||_2 + ||T_j - min(Q, T_j)||_2`` expanded into dot products.
 
     Parameters
     ----------
@@ -170,7 +170,7 @@ def delta2(Q, T, w: float) -> np.ndarray:
 
 
 def delta2_w(Q, T, alpha: float = 0.5) -> float:
-    """Seed 003 eq. 11: ``w = alpha_2 sum_j ||T_j - min(Q,T_j)||_2 / sum_j ||Q - min(Q,T_j)||_2``.
+    """Zhu et al. 2013, eq. 11: ``w = alpha_2 sum_j ||T_j - min(Q,T_j)||_2 / sum_j ||Q - min(Q,T_j)||_2``.
 
     Returns 0.0 when the denominator is zero (the query is contained in every image).
     """

@@ -1,6 +1,6 @@
-"""Bag-of-words inverted file scored with l1/l2 (seed 003 eq. 1) and the asymmetric delta_1/delta_2 (eq. 8-11).
+"""Bag-of-words inverted file scored with l1/l2 (Zhu et al. 2013, eq. 1) and the asymmetric delta_1/delta_2 (eq. 8-11).
 
-Layout (seed 003 section 3.3): postings in CSR order, word ``l`` owns ``postings_ids[indptr[l]:indptr[l+1]]``
+Layout (Zhu et al. 2013, section 3.3): postings in CSR order, word ``l`` owns ``postings_ids[indptr[l]:indptr[l+1]]``
 (uint32 internal image numbers) and ``postings_tf[...]`` (float32 term frequencies: counts for hard assignment,
 summed weights for soft assignment) -- 8 bytes per posting. idf is applied on the fly, so that an add or a
 delete only changes ``idf_`` and the per-image norms ``||T_j||_1`` and ``||T_j||_2`` of the idf-weighted
@@ -221,7 +221,7 @@ def _clean(words, tf, n_words, where):
 
 
 class InvertedFile:
-    """Inverted file over BoW histograms, scored through the postings only (seed 003 section 3.3).
+    """Inverted file over BoW histograms, scored through the postings only (Zhu et al. 2013, section 3.3).
 
     Parameters
     ----------
@@ -229,7 +229,7 @@ class InvertedFile:
         Vocabulary size k.
     idf : bool
         Weight histograms (query and database) by ``idf_l = log(N / n_l)`` computed on the indexed images
-        (seed 003 section 2.2). Recomputed, with the norms, whenever images are added or removed.
+        (Zhu et al. 2013, section 2.2). Recomputed, with the norms, whenever images are added or removed.
 
     Attributes
     ----------

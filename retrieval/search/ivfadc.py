@@ -1,5 +1,5 @@
-"""IVFADC: inverted file over a coarse quantiser + product quantisation of the residuals (seed 002 section VI-C;
-Jegou et al. PAMI 2011, the "[24]" of seed 002).
+"""IVFADC: inverted file over a coarse quantiser + product quantisation of the residuals (Jegou et al. 2012, section VI-C;
+Jegou et al. PAMI 2011, the "[24]" of Jegou et al. 2012).
 
 A vector ``y`` is assigned to its nearest coarse centroid ``c_l`` (one of ``nlist``), and its residual
 ``y - c_l`` is encoded by a product quantiser (eq. 22). The ``nlist`` inverted lists are stored contiguously:
@@ -113,7 +113,7 @@ def _coarse_topk(dots, cnorms, xnorms, outD, outI):
 
 
 class IVFADC:
-    """Inverted file with asymmetric distance computation, ``IVF nlist, M x nbits`` (seed 002 VI-C).
+    """Inverted file with asymmetric distance computation, ``IVF nlist, M x nbits`` (Jegou et al. 2012, sec. VI-C).
 
     Parameters
     ----------

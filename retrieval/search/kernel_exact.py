@@ -1,4 +1,4 @@
-"""Exact kernel nearest-neighbour search with the KPCA Cauchy-Schwarz bound (seed 001 Appendix A.2, steps 1-5).
+"""Exact kernel nearest-neighbour search with the KPCA Cauchy-Schwarz bound (Bourrier et al. 2015, Appendix A.2, steps 1-5).
 
 With K~(q, x) = <P_V' Psi(q), P_V' Psi(x)> and R(x) = ||P_V'perp Psi(x)|| (eq. 21), |K - K~| <= R(q) R(x)
 (eq. 22). The search
@@ -25,7 +25,7 @@ from retrieval.core.checks import check_array, check_choice, check_is_fitted, ch
 
 
 class ExactKernelSearch:
-    """Exact k-NN for a Mercer kernel (largest K(q, x)) pruned by the KPCA bound (seed 001 Appendix A).
+    """Exact k-NN for a Mercer kernel (largest K(q, x)) pruned by the KPCA bound (Bourrier et al. 2015, Appendix A).
 
     Parameters
     ----------
@@ -117,12 +117,12 @@ class ExactKernelSearch:
 
 
 def kernel_distance(kq, kxx, kqx):
-    """d_K(q, x) = K(q, q) + K(x, x) - 2 K(q, x) (seed 001 eq. 4); arrays broadcast, float32."""
+    """d_K(q, x) = K(q, q) + K(x, x) - 2 K(q, x) (Bourrier et al. 2015, eq. 4); arrays broadcast, float32."""
     return (np.asarray(kq, np.float32) + np.asarray(kxx, np.float32) - 2 * np.asarray(kqx, np.float32))
 
 
 def rerank(x, base, shortlist, k: int, kernel: str, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank a shortlist with the true kernel (seed 001 section 4.3, online step 3).
+    """Re-rank a shortlist with the true kernel (Bourrier et al. 2015, section 4.3, online step 3).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Approximate kernel NN search by explicit embedding then a Euclidean code (seed 001 section 4, Fig. 1).
+"""Approximate kernel NN search by explicit embedding then a Euclidean code (Bourrier et al. 2015, section 4, Fig. 1).
 
 - :class:`KPCAPQ` — KPCA (eq. 11) -> pre-processing (random permutation of the components, 5.2.1; or random
   rotation; or none: Table 2) -> product quantisation (:class:`retrieval.codes.pq.ProductQuantizer`) with
@@ -22,7 +22,7 @@ PREPROCESSING = ("permutation", "rotation", "none")
 
 
 class KPCAPQ(PersistableMixin):
-    """KPCA + PQ for kernel NN search (seed 001, 4.1-4.3, 5.2.1).
+    """KPCA + PQ for kernel NN search (Bourrier et al. 2015, 4.1-4.3, 5.2.1).
 
     Parameters
     ----------
@@ -122,7 +122,7 @@ class KPCAPQ(PersistableMixin):
         Returns
         -------
         distances : ndarray (nq, k) float32 — squared Euclidean ADC distance in the embedded space, or d_K
-            (seed 001 eq. 4) after re-ranking. ids : ndarray (nq, k) int64.
+            (Bourrier et al. 2015, eq. 4) after re-ranking. ids : ndarray (nq, k) int64.
         """
         check_scalar(k, "k", "KPCAPQ", low=1)
         check_scalar(rerank_size, "rerank_size", "KPCAPQ", low=0)
@@ -136,7 +136,7 @@ class KPCAPQ(PersistableMixin):
 
 
 class KPCALSH(BinaryEmbedding):
-    """KPCA + LSH (seed 001, 5.2.2): g(x) = r_k' phi(x) on the centred KPCA embedding, r_k ~ N(0, I).
+    """KPCA + LSH (Bourrier et al. 2015, 5.2.2): g(x) = r_k' phi(x) on the centred KPCA embedding, r_k ~ N(0, I).
 
     ``n_components=None`` uses E = nbits (the paper's choice). Learnt: ``kpca_`` and ``projections_`` (E, nbits).
     """

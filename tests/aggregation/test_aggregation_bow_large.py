@@ -1,4 +1,4 @@
-"""BoW with more than 65,536 words (seed 002 Table II's 200k): approximate assignment through ApproximateKMeans."""
+"""BoW with more than 65,536 words (Jegou et al. 2012, Table II's 200k): approximate assignment through ApproximateKMeans."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """BoW, VLAD and Fisher vectors: hand-computed toys, numpy oracles of eq. 6 / eq. 18, cross-checks against
-VLFeat (cyvlfeat) on real RootSIFT-PCA64 descriptors, and the properties of seed 002 sec. III."""
+VLFeat (cyvlfeat) on real RootSIFT-PCA64 descriptors, and the properties of Jegou et al. 2012, sec. III."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def fisher_oracle(X, w, mu, var, variances=False):
 
 
 def vlad_oracle(X, C):
-    """Algorithm 1 of seed 002, loop over descriptors."""
+    """Algorithm 1 of Jegou et al. 2012, loop over descriptors."""
     V = np.zeros(C.shape, dtype=np.float64)
     for x in X.astype(np.float64):
         i = np.argmin(((C - x) ** 2).sum(1))

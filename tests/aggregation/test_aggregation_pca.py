@@ -1,4 +1,4 @@
-"""PCAProjection, power and L2 normalisation (seed 002 eq. 7, sec. IV, V-B)."""
+"""PCAProjection, power and L2 normalisation (Jegou et al. 2012, eq. 7, sec. IV, V-B)."""
 
 from __future__ import annotations
 

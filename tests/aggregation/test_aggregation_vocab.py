@@ -1,4 +1,4 @@
-"""KMeansVocabulary and GMMVocabulary (seed 002 sec. III-A/B; Philbin et al. 2008 soft assignment)."""
+"""KMeansVocabulary and GMMVocabulary (Jegou et al. 2012, sec. III-A/B; Philbin et al. 2008 soft assignment)."""
 
 from __future__ import annotations
 

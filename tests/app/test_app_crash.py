@@ -1,4 +1,4 @@
-"""Application (issue 7): crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at seven points
+"""Application: crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at seven points
 through the ``RETRIEVAL_CRASH_AT`` fault-injection hook, then run again: the index must be complete and
 consistent and answer exactly like an index that was never interrupted. Also: queries that run during a sync
 see either the old or the new state, never a mixture.

@@ -1,4 +1,4 @@
-"""Application (issue 7): ``retrieval demo`` (what ``make demo`` runs) end to end. Slow: run with --runslow.
+"""Application: ``retrieval demo`` (what ``make demo`` runs) end to end. Slow: run with --runslow.
 
 The demo folder holds scikit-image's real photos plus generated views of six of them; the image query is a crop
 of ``coffee`` and must find the original and its other views first; the box query (on ``chelsea``) must find the

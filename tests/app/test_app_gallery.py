@@ -1,4 +1,4 @@
-"""Application (issue 7): the self-contained HTML gallery, checked as text and in a real headless browser.
+"""Application: the self-contained HTML gallery, checked as text and in a real headless browser.
 
 The browser test runs Debian's Chromium through its command line (``--dump-dom`` after the page's load
 handler ran) and is skipped, with the reason, when no Chromium/Chrome binary is installed.

@@ -1,4 +1,4 @@
-"""Application (issue 7) acceptance on real photos: the images of ../shared/data/minibench.json copied into a
+"""Application acceptance on real photos: the images of ../shared/data/minibench.json copied into a
 photo folder, ``retrieval index`` with the default preset, ``retrieval query --json`` with each group's first
 image; mAP over the groups (query excluded) must reach 0.84, and spatial re-ranking must improve it.
 

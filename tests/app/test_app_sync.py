@@ -1,4 +1,4 @@
-"""Application (issue 7): folder walk, catalog, incremental sync, remove/info, bad input, preset versions.
+"""Application: folder walk, catalog, incremental sync, remove/info, bad input, preset versions.
 
 Real photos (scikit-image's bundled ones and views of them) downscaled to 200 px so that extraction is cheap;
 a small variant of the default preset (8 Gaussians) keeps training fast. Features are shared through one

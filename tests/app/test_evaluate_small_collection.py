@@ -1,4 +1,4 @@
-"""Presets meant for large collections run on a small one (issue 8): every data-bound parameter is reduced to
+"""Presets meant for large collections run on a small one: every data-bound parameter is reduced to
 what the training data supports, with one warning per parameter, and the effective values are recorded in the
 model, the index info and the `eval run` report (rule in docs/user-guide.md, "Small collections")."""
 

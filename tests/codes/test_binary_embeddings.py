@@ -1,4 +1,4 @@
-"""Binary embeddings of seed 000: bit order, Hamming scan, d_E / d_LB by hand, LSH collision law, each method."""
+"""Binary embeddings of Gordo et al. 2014: bit order, Hamming scan, d_E / d_LB by hand, LSH collision law, each method."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_fit_statistics_re_estimates_the_alphas_on_another_sample():
 
 
 def test_in_sample_pca_alphas_overestimate_the_spread_of_new_data():
-    # seed 000 eq. 22-23 estimated on the PCA's own training set: with few samples in high dimension the
+    # Gordo et al. 2014, eq. 22-23 estimated on the PCA's own training set: with few samples in high dimension the
     # leading sample directions carry more variance in-sample than on new draws of the same distribution
     rng = np.random.default_rng(0)
     d, n = 400, 100

@@ -1,4 +1,4 @@
-"""Kernels, KPCA (seed 001 eq. 11, 21-22), exact search (App. A.2), KLSH, RMMH, KPCA+PQ/LSH, homkermap, BE-AHK."""
+"""Kernels, KPCA (Bourrier et al. 2015, eq. 11, 21-22), exact search (App. A.2), KLSH, RMMH, KPCA+PQ/LSH, homkermap, BE-AHK."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_kpcalsh_save_load(tmp_path):
                                                  ("hellinger", (1,), 1e-6)])
 def test_homogeneous_kernel_map_converges_to_the_kernel(kernel, ns, final_tol):
     """Max error decreases with the number of samples: fast for the smooth chi2, slowly for the intersection
-    kernel (seed 004 Corollary 2 and its footnote); the Hellinger map sqrt(x) is exact."""
+    kernel (Kim and Choi 2017 Corollary 2 and its footnote); the Hellinger map sqrt(x) is exact."""
     X, Y = _hist(50, seed=12), _hist(40, seed=13)
     errs = []
     for n in ns:

@@ -1,4 +1,4 @@
-"""select_dim (seed 002 eq. 27-28): projection error against a numpy oracle, the trade-off, validation."""
+"""select_dim (Jegou et al. 2012, eq. 27-28): projection error against a numpy oracle, the trade-off, validation."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""ProductQuantizer (seed 002 eq. 21-23): codec properties, ADC/SDC against numpy oracles, faiss cross-check."""
+"""ProductQuantizer (Jegou et al. 2012, eq. 21-23): codec properties, ADC/SDC against numpy oracles, faiss cross-check."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The compiled table look-up scan against its NumPy reference (seed 002 eq. 23; seed 000 byte tables)."""
+"""The compiled table look-up scan against its NumPy reference (Jegou et al. 2012, eq. 23; Gordo et al. 2014 byte tables)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Application (issue 7): the search backends of retrieval.engine.pipeline on synthetic vectors (no images).
+"""Application: the search backends of retrieval.engine.pipeline on synthetic vectors (no images).
 
 The global backend switches from exhaustive inner product to IVFADC once the collection reaches
 ``index.min_images``: with every list probed and a shortlist as long as the collection its ranking must equal
@@ -142,7 +142,7 @@ def test_spatial_rerank_orders_verified_first(monkeypatch):
 
 def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
     """index.type 'adc': the ranking and scores are the ADC distances (squared distance of the query to each
-    decoded code, seed 002 eq. 21), through a saved and re-loaded generation."""
+    decoded code, Jegou et al. 2012, eq. 21), through a saved and re-loaded generation."""
     from retrieval.codes import ProductQuantizer
     from retrieval.engine.backends import CodesBackend
     from retrieval.engine.pipeline import make_backend

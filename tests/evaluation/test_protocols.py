@@ -1,7 +1,7 @@
 """Official-identical scoring on the shared official ground truth with generated rankings.
 
 Each protocol is checked against an independent implementation written here (set-based, step-by-step PR-curve
-integration), on the edge cases of issue 8, and on the official printed precision.
+integration), on the protocols' edge cases, and on the official printed precision.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Seed 003 Fig. 2 toy example and hand-checked identities of the dense formulas (eq. 1, 4-11)."""
+"""Zhu et al. 2013, Fig. 2 toy example and hand-checked identities of the dense formulas (eq. 1, 4-11)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Inverted-file scores == dense brute force of seed 003 eq. 1, 8-11 (to 1e-9), idf, add/remove, persistence."""
+"""Inverted-file scores == dense brute force of Zhu et al. 2013, eq. 1, 8-11 (to 1e-9), idf, add/remove, persistence."""
 
 import numpy as np
 import pytest

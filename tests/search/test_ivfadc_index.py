@@ -1,4 +1,4 @@
-"""IVFADC (seed 002 VI-C): distances, nprobe/re-ranking monotonicity, removal, persistence, frozen format file."""
+"""IVFADC (Jegou et al. 2012, sec. VI-C): distances, nprobe/re-ranking monotonicity, removal, persistence, frozen format file."""
 
 from pathlib import Path
 

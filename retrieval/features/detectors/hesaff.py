@@ -1,6 +1,6 @@
 """Hessian-affine regions with SIFT descriptors (Mikolajczyk & Schmid 2004; Perdoch's implementation via pyhesaff).
 
-The features of seed 002 section II ("Hessian rotation- and affine-invariant region detector [25] described by
+The features of Jegou et al. 2012, section II ("Hessian rotation- and affine-invariant region detector [25] described by
 the SIFT descriptor [7]"). Upright by default, as in the Oxford/Holidays practice (Perdoch, Chum & Matas 2009,
 "gravity vector" assumption): the descriptor is computed with orientation 0, which makes it **not rotation
 invariant**; pass ``rotation_invariance=True`` for dominant-orientation descriptors.
