@@ -38,7 +38,7 @@ def _help_text(ctx: click.Context) -> str:
 
 def render_reference() -> str:
     """Markdown of ``--help`` for the root and for every command."""
-    from retrieval.cli.groups import main
+    from retrieval.cli.main import main
 
     out = [
         "# Command-line reference (generated)",
