@@ -10,7 +10,7 @@ setup:
 	@bash scripts/setup.sh
 
 test: setup
-	@echo "[test] running the test suite (tests/)" >&2
+	@echo "[test] running the test suite (tests/; tests/core/test_architecture.py runs the import-linter contracts)" >&2
 	@$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 demo: setup
@@ -18,7 +18,9 @@ demo: setup
 	@$(VENV)/bin/retrieval demo --out demo-output
 
 lint: setup
+	@echo "[lint] ruff, then the import-linter contracts (layers, no import cycles; pyproject.toml)" >&2
 	@$(VENV)/bin/ruff check retrieval tests
+	@$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf demo-output .pytest_cache

@@ -1,11 +1,15 @@
 """retrieval: image retrieval from pixels to ranked results.
 
-Subpackages follow the data flow: :mod:`retrieval.features` (pixels -> local features),
-:mod:`retrieval.aggregation` (local features -> one vector per image), :mod:`retrieval.codes`
-(vectors -> compact codes and searchable structures) and :mod:`retrieval.cli` (command line).
+One folder per stage of the data flow, each importing only the folders below it (docs/architecture.md):
+:mod:`retrieval.features` (pixels -> local features), :mod:`retrieval.aggregation` (-> one vector or BoW
+histogram per image), :mod:`retrieval.codes` (-> compact codes), :mod:`retrieval.search` (query -> shortlist),
+:mod:`retrieval.rerank` (shortlist -> verified), :mod:`retrieval.engine` (a preset -> a trained, searchable
+model), then the photo-folder application :mod:`retrieval.app`, the measurements :mod:`retrieval.bench` and the
+command line :mod:`retrieval.cli`. :mod:`retrieval.datasets` and :mod:`retrieval.evaluation` hold the official
+data sets and protocols, :mod:`retrieval.core` the shared checks and persistence.
 """
 
-__version__ = "0.1.0"
+from retrieval._version import __version__
 
 __all__ = ["__version__", "Index"]
 

@@ -194,16 +194,6 @@ def rerank(X, words, cand_d, cand_w, m, out_w, out_d):
             out_d[i, b] = ed[b]
 
 
-@njit(cache=True)
-def accumulate(X, labels, sums, counts):
-    """sums[labels[i]] += X[i]; counts[labels[i]] += 1 (the k-means update step)."""
-    for i in range(X.shape[0]):
-        w = labels[i]
-        counts[w] += 1
-        for t in range(X.shape[1]):
-            sums[w, t] += X[i, t]
-
-
 def ivf_knn(X, Xr, Xp, coarse_rT, coarse_nrm, cell_indptr, words_blk, words_nrm, words, nprobe, n_cand, m,
             out_w, out_d):
     """For each row of X (n, d): nprobe nearest cells (ranked with Xp (n, dp), the first PCA coordinates), the

@@ -16,11 +16,14 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
-from retrieval.aggregation._common import as_image_list, checked_image, nearest_centers
+from retrieval.aggregation._common import as_image_list, checked_image
 from retrieval.aggregation.kmeans import KMeansVocabulary
+from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.aggregation.normalize import l1_normalize, l2_normalize
 from retrieval.core.checks import NotFittedError, check_choice, check_is_fitted, check_scalar
+from retrieval.core.nearest import nearest_centers, sq_norms
 from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["BoW"]
@@ -153,8 +156,6 @@ class BoW(PersistableMixin):
         words (``random_state=0``; not persisted: rebuilt after loading)."""
         akm = getattr(self, "_akm", None)
         if akm is None:
-            from retrieval.aggregation.large_vocabulary import ApproximateKMeans
-
             akm = ApproximateKMeans.from_centers(self.cluster_centers_, random_state=0)
             self._akm = akm
         # words in our order: a structure built by from_centers renumbers them (perm_), a fitted one does not
@@ -172,12 +173,10 @@ class BoW(PersistableMixin):
         """Raw histograms (counts, or summed soft weights) as CSR of shape (n_images, K), float32."""
         check_is_fitted(self, "cluster_centers_")
         self._check_params()
-        from threadpoolctl import threadpool_limits
-
         sets = as_image_list(descriptor_sets, _OWNER)
         n, K = len(sets), self.cluster_centers_.shape[0]
         C = self.cluster_centers_
-        c_sq = np.einsum("ij,ij->i", C, C)
+        c_sq = sq_norms(C)
         indptr, indices, data = [0], [], []
         with threadpool_limits(limits=1, user_api="blas"):
             for i, X in enumerate(sets):

@@ -1,9 +1,9 @@
 """k-means visual vocabulary (Jegou et al. 2012, sec. III-A: "a codebook of K centroids ... obtained by k-means"),
 with hard assignment (nearest word) and the soft assignment of Philbin et al. (CVPR 2008).
 
-Training uses VLFeat's k-means through cyvlfeat (Elkan's accelerated exact algorithm for small K, the
-kd-forest approximate-nearest-neighbour variant for large K), k-means++ initialisation seeded from
-``random_state``.
+Training uses VLFeat's k-means through the library's one k-means entry point, :func:`retrieval.core.kmeans.kmeans`
+(Elkan's accelerated exact algorithm for small K, the kd-forest approximate-nearest-neighbour variant for large K),
+k-means++ initialisation seeded from ``random_state``; assignments use :mod:`retrieval.core.nearest`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ import numbers
 
 import numpy as np
 
-from retrieval.aggregation._common import (
-    k_nearest_centers,
-    nearest_centers,
-    seed_vlfeat,
-    stack_training_descriptors,
-    subsample,
-)
+from retrieval.aggregation._common import stack_training_descriptors, subsample
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.kmeans import kmeans
+from retrieval.core.nearest import k_nearest_centers, nearest_centers, squared_distances
 from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["KMeansVocabulary"]
@@ -100,8 +96,6 @@ class KMeansVocabulary(PersistableMixin):
         -------
         self
         """
-        from cyvlfeat.kmeans import kmeans
-
         self._check_params()
         X = stack_training_descriptors(X, _OWNER)
         rng = check_random_state(self.random_state)
@@ -115,11 +109,8 @@ class KMeansVocabulary(PersistableMixin):
         algo = self.algorithm
         if algo == "auto":
             algo = "elkan" if K <= 256 else "ann"
-        seed_vlfeat(int(rng.integers(2**63 - 1)))
-        C = kmeans(X, K, distance="l2", initialization=self.init.upper(), algorithm=algo.upper(),
-                   num_repetitions=self.n_init, num_trees=self.num_trees,
-                   max_num_comparisons=self.max_comparisons, max_num_iterations=self.max_iter)
-        C = np.ascontiguousarray(C, dtype=np.float32)
+        C = kmeans(X, K, rng=rng, n_iter=self.max_iter, algorithm=f"vlfeat-{algo}", init=self.init,
+                   n_init=self.n_init, num_trees=self.num_trees, max_comparisons=self.max_comparisons)
         _, dist = nearest_centers(X, C)
         self.cluster_centers_ = C
         self.inertia_ = float(dist.astype(np.float64).sum())
@@ -149,8 +140,6 @@ class KMeansVocabulary(PersistableMixin):
 
     def transform(self, X):
         """Squared Euclidean distances to every word: ndarray of shape (n, K), float32 (for small K)."""
-        from retrieval.aggregation._common import squared_distances
-
         return squared_distances(self._check_X(X), self.cluster_centers_)
 
     def soft_assign(self, X, r=3, sigma=None, *, normalize=True):

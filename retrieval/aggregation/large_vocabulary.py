@@ -25,10 +25,13 @@ import math
 import numbers
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
-from retrieval.aggregation._akm_kernels import accumulate as _accumulate
 from retrieval.aggregation._akm_kernels import ivf_knn as _ivf_knn
 from retrieval.core.checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.kmeans import kmeans, update_centers
+from retrieval.core.nearest import nearest_centers, sq_norms
+from retrieval.core.pca import fit_pca
 from retrieval.core.persistence import PersistableMixin
 
 logger = logging.getLogger(__name__)
@@ -38,67 +41,13 @@ _PROBE_DIMS = 32
 __all__ = ["ApproximateKMeans", "exact_nearest"]
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# exact helpers (BLAS)
+def exact_nearest(X, centers, *, centers_sqnorm=None):
+    """Exact nearest centre by brute force, the reference for the approximate assignment: the library's one exact
+    search, :func:`retrieval.core.nearest.nearest_centers` (blocked BLAS, bounded memory).
 
-
-def _sqnorms(A):
-    return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(np.float32)
-
-
-def exact_nearest(X, centers, *, block_elements: int = 1 << 24, centers_sqnorm=None):
-    """Exact nearest centre by brute force (BLAS), the reference for the approximate assignment.
-
-    Memory is bounded: distances are computed in blocks of at most ``block_elements`` (rows x centres) floats.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d), dtype float32
-    centers : ndarray of shape (K, d), dtype float32
-
-    Returns
-    -------
-    labels : ndarray of shape (n,), dtype int64
-    sqdist : ndarray of shape (n,), dtype float32 -- squared Euclidean distance to that centre
+    Returns (labels (n,) int64, sqdist (n,) float32).
     """
-    X = np.asarray(X, dtype=np.float32)
-    centers = np.asarray(centers, dtype=np.float32)
-    K = centers.shape[0]
-    cn = _sqnorms(centers) if centers_sqnorm is None else centers_sqnorm
-    cb = min(K, max(1, block_elements // 256))                 # centres per block
-    rb = max(1, min(X.shape[0], block_elements // cb))         # rows per block
-    labels = np.empty(X.shape[0], dtype=np.int64)
-    dist = np.empty(X.shape[0], dtype=np.float32)
-    for a in range(0, X.shape[0], rb):
-        xb = X[a:a + rb]
-        best = np.full(xb.shape[0], np.inf, dtype=np.float32)
-        arg = np.zeros(xb.shape[0], dtype=np.int64)
-        for c in range(0, K, cb):
-            D = xb @ centers[c:c + cb].T
-            D *= -2.0
-            D += cn[None, c:c + cb]
-            j = np.argmin(D, axis=1)
-            v = D[np.arange(len(j)), j]
-            better = v < best
-            best[better] = v[better]
-            arg[better] = j[better] + c
-        labels[a:a + rb] = arg
-        dist[a:a + rb] = np.maximum(best + _sqnorms(xb), 0.0)
-    return labels, dist
-
-
-def _lloyd(X, n_clusters, n_iter, rng):
-    """Plain k-means (BLAS assignment) for the coarse cells; returns centres (n_clusters, d) float32."""
-    n = X.shape[0]
-    C = X[rng.choice(n, size=n_clusters, replace=False)].copy()
-    for _ in range(n_iter):
-        labels, _ = exact_nearest(X, C)
-        sums = np.zeros((n_clusters, X.shape[1]), dtype=np.float64)
-        counts = np.zeros(n_clusters, dtype=np.int64)
-        _accumulate(X, labels, sums, counts)
-        nz = counts > 0
-        C[nz] = (sums[nz] / counts[nz, None]).astype(np.float32)
-    return C
+    return nearest_centers(X, centers, centers_sqnorm)
 
 
 class _Structure:
@@ -118,13 +67,13 @@ class _Structure:
             lo, hi = self.cell_indptr[c], self.cell_indptr[c + 1]
             blk[lo * words_r.shape[1]: hi * words_r.shape[1]] = words_r[lo:hi].T.ravel()
         self.words_blk = blk
-        self.words_nrm = _sqnorms(words_r)
+        self.words_nrm = sq_norms(words_r)
         # cells are ranked in the first (at most 32) PCA dimensions: as good as the full distance for the cell
         # ranking on RootSIFT, at half the probe cost of 64
         self.probe_dims = min(_PROBE_DIMS, coarse_r.shape[1])
         coarse_p = coarse_r[:, :self.probe_dims]
         self.coarse_rT = np.ascontiguousarray(coarse_p.T)
-        self.coarse_nrm = _sqnorms(coarse_p)
+        self.coarse_nrm = sq_norms(coarse_p)
 
     def knn(self, X, nprobe, n_cand, m, batch_size=32768):
         n = X.shape[0]
@@ -150,8 +99,6 @@ _BLAS_CONTROLLER = []
 def _single_threaded_blas():
     """Context limiting BLAS to one thread (threadpoolctl; the controller is created once, ~10 us per use)."""
     if not _BLAS_CONTROLLER:
-        from threadpoolctl import ThreadpoolController
-
         _BLAS_CONTROLLER.append(ThreadpoolController())
     return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
@@ -165,16 +112,14 @@ def _build_structure(words, n_coarse, n_components, rng, coarse_iter=8, max_trai
     if max_train is None:
         max_train = max(65536, 32 * n_coarse)             # at least 32 words per cell to place the cells
     sample = words if K <= max_train else words[rng.choice(K, size=max_train, replace=False)]
-    coarse = _lloyd(sample, n_coarse, coarse_iter, rng)
-    cell, _ = exact_nearest(words, coarse)
+    coarse = kmeans(sample, n_coarse, n_iter=coarse_iter, rng=rng, max_points_per_centroid=None, split_empty=False)
+    cell, _ = nearest_centers(words, coarse)
     perm = np.argsort(cell, kind="stable")
     counts = np.bincount(cell, minlength=n_coarse)
     indptr = np.zeros(n_coarse + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    mean = sample.mean(axis=0)
-    cov = np.cov((sample - mean).T.astype(np.float64))
-    evals, evecs = np.linalg.eigh(cov)
-    comps = evecs[:, ::-1][:, :n_components]
+    basis = fit_pca(sample, n_components, solver="full")
+    comps, mean = basis.components.T, basis.mean
     return perm, _Structure(words[perm], coarse, indptr, comps, mean)
 
 
@@ -252,13 +197,9 @@ class ApproximateKMeans(PersistableMixin):
             w, dist = st.knn(X, self.nprobe, self.n_candidates, 1)
             labels = perm[w[:, 0]]
             inertia = float(dist[:, 0].mean())
-            sums = np.zeros((K, d), dtype=np.float64)
-            counts = np.zeros(K, dtype=np.int64)
-            _accumulate(X, labels, sums, counts)
-            nz = counts > 0
-            centers[nz] = (sums[nz] / counts[nz, None]).astype(np.float32)
+            counts = update_centers(X, labels, centers)
             logger.info("AKM iteration %d/%d: inertia %.5f, %d empty words", it + 1, self.n_iter, inertia,
-                        int((~nz).sum()))
+                        int((counts == 0).sum()))
         self._set_structure(*_build_structure(centers, nc, ncomp, rng))
         w, dist = self._structure.knn(X[: min(X.shape[0], 200_000)], self.nprobe, self.n_candidates, 1)
         self.sigma_ = float(np.sqrt(max(np.median(dist[:, 0]), 1e-12)))

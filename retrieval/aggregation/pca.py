@@ -4,12 +4,13 @@ power + L2 re-normalisation, and a random rotation.
 The transform applied to a row ``x`` (shape (D,)) is, in this order::
 
     y = P (x - mean)                       # PCA projection to D' components (Jegou et al. 2012, sec. IV "D' components")
-    y = y / sqrt(lambda + eps * lambda_1)  # whitening (whiten=True; Jegou & Chum, ECCV 2012)
+    y = y / sqrt(lambda + eps * lambda_1)  # whitening (whiten=True; the rule of retrieval.core.pca)
     y = l2(sign(y) |y|^renorm_alpha)       # re-normalisation (renormalize=True; eq. 7 then L2)
     y = Q y                                # random orthogonal rotation (rotation=True; Jegou et al. 2012, sec. V-B,
                                            #   which balances the variance across PQ sub-vectors)
 
-The rotation comes last so that the re-normalised vector keeps its unit norm after it.
+The rotation comes last so that the re-normalised vector keeps its unit norm after it. The PCA itself (solver,
+sign convention, whitening rule, rotation) is :mod:`retrieval.core.pca`, shared by every PCA of the library.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import scipy.sparse as sp
 
 from retrieval.aggregation.normalize import l2_normalize, power_normalize
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.pca import fit_pca, random_rotation, whitening_scale
 from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["PCAProjection", "random_rotation"]
@@ -29,28 +31,6 @@ __all__ = ["PCAProjection", "random_rotation"]
 logger = logging.getLogger(__name__)
 
 _OWNER = "PCAProjection"
-
-
-def random_rotation(n: int, random_state=None) -> np.ndarray:
-    """A random orthogonal matrix, uniformly distributed (Haar): the Q of the QR decomposition of an n x n
-    standard Gaussian matrix, with column signs fixed by the diagonal of R (Mezzadri 2007).
-
-    Parameters
-    ----------
-    n : int >= 1
-    random_state : None, int or numpy.random.Generator
-
-    Returns
-    -------
-    Q : ndarray of shape (n, n), dtype float64, with Q @ Q.T == I.
-    """
-    check_scalar(n, "n", "random_rotation", low=1)
-    rng = check_random_state(random_state)
-    G = rng.standard_normal((n, n))
-    Q, R = np.linalg.qr(G)
-    signs = np.sign(np.diag(R))
-    signs[signs == 0] = 1.0
-    return Q * signs[None, :]
 
 
 class PCAProjection(PersistableMixin):
@@ -63,8 +43,7 @@ class PCAProjection(PersistableMixin):
     n_components : int >= 1
         D', the output dimension. Must not exceed ``min(n_samples, n_features)`` of the training set.
     whiten : bool
-        Divide each component by the square root of its variance (floored at ``whiten_eps`` times the largest
-        variance).
+        Divide each component by ``sqrt(lambda_i + whiten_eps * lambda_1)`` (``lambda_1`` the largest variance).
     renormalize : bool
         After projection (and whitening), apply power normalisation with ``renorm_alpha`` (eq. 7) then L2.
     rotation : bool
@@ -74,7 +53,7 @@ class PCAProjection(PersistableMixin):
     renorm_alpha : float in (0, 1]
         Exponent of the re-normalisation's power step (1 gives a plain L2 re-normalisation).
     whiten_eps : float >= 0
-        Relative variance floor of the whitening, avoiding division by (near) zero variances.
+        Relative regulariser of the whitening (added to every variance), avoiding division by (near) zero.
     svd_solver : {"auto", "full", "randomized"}
         "full": exact (eigen-decomposition of the D x D covariance when n_samples >= D, else thin SVD of the
         centred data); "randomized": Halko et al. randomised SVD (scikit-learn), for D' << min(n, D);
@@ -125,7 +104,7 @@ class PCAProjection(PersistableMixin):
         self._check_params()
         if sp.issparse(X):
             X = X.toarray()
-        X = check_array(X, "X", dtype=np.float64, min_rows=1)
+        X = check_array(X, "X", dtype=None, min_rows=1)
         n, D = X.shape
         k = self.n_components
         if k > min(n, D):
@@ -134,47 +113,17 @@ class PCAProjection(PersistableMixin):
                 f"min({n}, {D}) = {min(n, D)} for this training set. Got {k} instead."
             )
         rng = check_random_state(self.random_state)
-        mean = X.mean(axis=0)
-        solver = self.svd_solver
-        if solver == "auto":
-            solver = "randomized" if min(n, D) > 4096 and k < 0.5 * min(n, D) else "full"
-        if solver == "randomized":
-            from sklearn.utils.extmath import randomized_svd
-
-            Xc = X - mean
-            seed = int(rng.integers(2**31 - 1))
-            _, s, Vt = randomized_svd(Xc, k, n_oversamples=max(10, k // 10), n_iter=7, random_state=seed)
-            var = s**2 / max(n - 1, 1)
-        elif n >= D:
-            cov = np.zeros((D, D))
-            for start in range(0, n, 8192):
-                chunk = X[start:start + 8192] - mean
-                cov += chunk.T @ chunk
-            cov /= max(n - 1, 1)
-            w, V = np.linalg.eigh(cov)
-            order = np.argsort(w)[::-1][:k]
-            var, Vt = np.maximum(w[order], 0.0), V[:, order].T
-        else:
-            Xc = X - mean
-            _, s, Vt = np.linalg.svd(Xc, full_matrices=False)
-            var, Vt = s[:k] ** 2 / max(n - 1, 1), Vt[:k]
-        # deterministic signs: largest-magnitude entry of each axis positive
-        idx = np.argmax(np.abs(Vt), axis=1)
-        signs = np.sign(Vt[np.arange(k), idx])
-        signs[signs == 0] = 1.0
-        Vt = Vt * signs[:, None]
-        self.mean_ = mean.astype(np.float32)
-        self.components_ = np.ascontiguousarray(Vt, dtype=np.float32)
-        self.explained_variance_ = var.astype(np.float32)
+        basis = fit_pca(X, k, solver=self.svd_solver, random_state=rng)
+        self.mean_ = basis.mean.astype(np.float32)
+        self.components_ = np.ascontiguousarray(basis.components, dtype=np.float32)
+        self.explained_variance_ = basis.variances.astype(np.float32)
         self.rotation_ = random_rotation(k, rng).astype(np.float32) if self.rotation else None
         self.n_features_in_ = int(D)
-        logger.debug("PCAProjection: %d x %d -> %d components (%s solver)", n, D, k, solver)
+        logger.debug("PCAProjection: %d x %d -> %d components (%s solver)", n, D, k, basis.solver)
         return self
 
     def _scale(self) -> np.ndarray:
-        var = self.explained_variance_.astype(np.float64)
-        floor = self.whiten_eps * (float(var.max()) if var.size else 0.0)
-        return 1.0 / np.sqrt(np.maximum(var, floor) + (1e-30 if floor == 0 else 0.0))
+        return whitening_scale(self.explained_variance_, self.whiten_eps)
 
     def transform(self, X):
         """Project rows to D' dimensions (then whiten / re-normalise / rotate as configured).
@@ -231,5 +180,6 @@ class PCAProjection(PersistableMixin):
         if self.rotation_ is not None:
             Y = Y @ self.rotation_
         if self.whiten:
-            Y = Y / self._scale().astype(np.float32)[None, :]
+            scale = self._scale()
+            Y = Y / np.where(scale > 0, scale, np.inf).astype(np.float32)[None, :]
         return np.ascontiguousarray(Y @ self.components_ + self.mean_, dtype=np.float32)

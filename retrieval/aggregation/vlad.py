@@ -12,10 +12,11 @@ import numbers
 
 import numpy as np
 
-from retrieval.aggregation._common import encode_all, nearest_centers
+from retrieval.aggregation._common import encode_all
 from retrieval.aggregation.kmeans import KMeansVocabulary
 from retrieval.aggregation.normalize import l2_normalize, power_normalize
 from retrieval.core.checks import check_choice, check_is_fitted, check_scalar
+from retrieval.core.nearest import nearest_centers, sq_norms
 from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["VLAD", "vlad_vector"]
@@ -62,7 +63,7 @@ def vlad_vector(X, cluster_centers, *, intra_normalize=False):
     ndarray of shape (K d,), float64
     """
     C = np.ascontiguousarray(cluster_centers, dtype=np.float32)
-    return _vlad_raw(np.asarray(X, dtype=np.float32), C, np.einsum("ij,ij->i", C, C), intra_normalize)
+    return _vlad_raw(np.asarray(X, dtype=np.float32), C, sq_norms(C), intra_normalize)
 
 
 class VLAD(PersistableMixin):
@@ -160,7 +161,7 @@ class VLAD(PersistableMixin):
         check_is_fitted(self, "cluster_centers_")
         self._check_params()
         C = self.cluster_centers_
-        c_sq = np.einsum("ij,ij->i", C, C)
+        c_sq = sq_norms(C)
         V, empty = encode_all(descriptor_sets, lambda X: _vlad_raw(X, C, c_sq, False), self.dim_, names=names,
                               progress=progress, owner=_OWNER, d=self.n_features_in_)
         if self.alpha != 1:

@@ -23,15 +23,29 @@ import platform
 import time
 from pathlib import Path
 
+from retrieval._version import __version__
+from retrieval.app.index import Index
+from retrieval.core.persistence import write_json_atomic
 from retrieval.datasets.base import Query, RetrievalDataset
+from retrieval.engine import pipeline
+from retrieval.engine.paper_presets import apply_overrides
+from retrieval.engine.presets import (
+    PresetUnavailableError,
+    check_available,
+    load_preset,
+    preset_config,
+    preset_digest,
+)
+from retrieval.evaluation.groups import load_groups_spec, score_groups
+from retrieval.features import FeatureExtractor
+from retrieval.features.parallel import extract_many
+from retrieval.features.store import FeatureStore
 
 logger = logging.getLogger(__name__)
 
 
 def groups_dataset(spec) -> RetrievalDataset:
     """A :class:`RetrievalDataset` for a minibench-format spec (see :mod:`retrieval.evaluation.groups`)."""
-    from retrieval.evaluation.groups import load_groups_spec, score_groups
-
     bench = load_groups_spec(spec)
     missing = bench.missing_files()
     if missing:
@@ -56,19 +70,17 @@ def check_pipeline_support(preset: dict) -> None:
     ``("fisher", "vlad")`` and ``("flat", "ivfadc")`` are assumed (any other index type would silently fall back to
     an exhaustive float search, which must not be reported as, e.g., ADC figures).
     """
-    from retrieval.engine import pipeline
-    from retrieval.engine.presets import PresetUnavailableError
-
-    if preset.get("kind") not in ("global", "binary"):
+    cfg = preset_config(preset)
+    if cfg.kind not in ("global", "binary"):
         return
     aggs = tuple(getattr(pipeline, "AGGREGATION_METHODS", ("fisher", "vlad")))
-    method = (preset.get("aggregation") or {}).get("method")
+    method = cfg.aggregation.method
     if method not in aggs:
         raise PresetUnavailableError(f"preset {preset['name']!r} needs aggregation {method!r}, which "
                                      f"retrieval.engine.pipeline does not run yet (it offers {', '.join(aggs)}).")
     if preset["kind"] == "global":
         types = tuple(getattr(pipeline, "GLOBAL_INDEX_TYPES", ("flat", "ivfadc")))
-        t = (preset.get("index") or {}).get("type", "flat")
+        t = cfg.index.type
         if t not in types:
             raise PresetUnavailableError(f"preset {preset['name']!r} needs index type {t!r} (ranking by that "
                                          f"index's own distances), which retrieval.engine.pipeline does not offer yet "
@@ -112,15 +124,6 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         parameters reduced to fit a small training set: ``{param: {"preset", "used", "reason"}}``, see
         :func:`retrieval.engine.presets.record_reduction`), "library_version", ...}``
     """
-    from retrieval import __version__
-    from retrieval.app.index import Index
-    from retrieval.core.persistence import write_json_atomic
-    from retrieval.engine.paper_presets import apply_overrides
-    from retrieval.engine.presets import check_available, load_preset, preset_digest
-    from retrieval.features import FeatureExtractor
-    from retrieval.features.parallel import extract_many
-    from retrieval.features.store import FeatureStore
-
     preset = apply_overrides(load_preset(preset), overrides)
     check_available(preset)  # before any work: names the missing pieces
     check_pipeline_support(preset)
@@ -141,7 +144,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     name_of = {p: n for p, n in zip(db_paths, dataset.database, strict=True)}
 
     # 1. features, timed, into the shared cache (sync then reuses them)
-    extractor = FeatureExtractor(**preset.get("features", {}))
+    extractor = FeatureExtractor(**preset_config(preset).features.extractor_kwargs())
     store = FeatureStore(cache_dir)
     t0 = time.perf_counter()
     failures = []

@@ -79,7 +79,7 @@ def render_gallery(query_path, hits: Sequence, *, query_box=None, title: str = "
     Parameters
     ----------
     query_path : str or Path — the query image
-    hits : sequence of :class:`retrieval.app.index.SearchHit` (or objects with rank, path, score, inliers, box)
+    hits : sequence of :class:`retrieval.engine.hits.Hit` (or objects with rank, path, score, inliers, box)
     query_box : (x1, y1, x2, y2) or None — drawn on the query
     """
     q_caption = f"<b>query</b><br>{html.escape(str(query_path))}"

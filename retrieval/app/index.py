@@ -23,31 +23,35 @@ so it sees either the state before or the state after a concurrent sync.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from retrieval._version import __version__
 from retrieval.app.catalog import Catalog
+from retrieval.app.generations import GenerationsMixin
 from retrieval.app.index_build import IndexBuildMixin
-from retrieval.app.index_support import (  # noqa: F401 (SearchHit, SyncReport, walk_photos are part of this API)
-    IMAGE_EXTENSIONS,
+from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos are part of this API)
     LazyFeatures,
-    SearchHit,
     SyncReport,
     file_stat,
     image_meta,
     progress_callback,
     walk_photos,
 )
-from retrieval.core.persistence import crash_point
-from retrieval.engine.pipeline import Hit, make_backend
-from retrieval.engine.presets import check_available, load_preset, preset_digest, preset_names
+from retrieval.core.checks import check_scalar
+from retrieval.core.persistence import crash_point, fsync_dir
+from retrieval.engine.hits import Hit
+from retrieval.engine.presets import check_available, load_preset, preset_config, preset_digest, preset_names
+from retrieval.features import FeatureExtractor, parse_box, select_in_box, subset
+from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.features.store import FeatureStore, file_hash
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ INDEX_FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------- the index
-class Index(IndexBuildMixin):
+class Index(GenerationsMixin, IndexBuildMixin):
     """A searchable index of a photo folder, stored in an index folder (see the module docstring).
 
     Use :meth:`create` or :meth:`open`, then :meth:`sync`, :meth:`search`, :meth:`remove`, :meth:`info`.
@@ -105,7 +109,6 @@ class Index(IndexBuildMixin):
         tmp = path / "catalog.db.tmp"
         for suffix in ("", "-wal", "-shm"):
             Path(str(tmp) + suffix).unlink(missing_ok=True)
-        from retrieval import __version__
 
         cat = Catalog(tmp, create=True)
         cat.set_meta(index_format={"name": INDEX_FORMAT, "version": INDEX_FORMAT_VERSION},
@@ -151,100 +154,13 @@ class Index(IndexBuildMixin):
     @property
     def extractor(self):
         if self._extractor is None:
-            from retrieval.features import FeatureExtractor
-
-            self._extractor = FeatureExtractor(**self.preset.get("features", {}))
+            self._extractor = FeatureExtractor(**preset_config(self.preset).features.extractor_kwargs())
         return self._extractor
 
     @property
     def store(self):
-        from retrieval.features.store import FeatureStore
-
         folder = self.catalog.get_meta("feature_store") or (self.path / "features")
         return FeatureStore(folder)
-
-    def _gen_dir(self, gen: int) -> Path:
-        return self.path / "gens" / f"{gen:08d}"
-
-    def _model_dir(self) -> Path:
-        return self.path / "model"
-
-    def _load_model_into(self, backend) -> bool:
-        info_path = self._model_dir() / "model.json"
-        if not info_path.exists():
-            return False
-        info = json.loads(info_path.read_text("utf-8"))
-        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
-            raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
-                             f"{info.get('preset_version')}, not {self.preset['name']!r} version "
-                             f"{self.preset['version']}.")
-        backend.load_model(self._model_dir(), info)
-        return True
-
-    def _import_model(self, src: Path) -> None:
-        if (src / "model" / "model.json").exists():
-            src = src / "model"
-        if not (src / "model.json").exists():
-            raise ValueError(f"{src}: not a trained model folder (no model.json; give an index folder or its "
-                             f"model/ folder).")
-        info = json.loads((src / "model.json").read_text("utf-8"))
-        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
-            raise ValueError(f"{src}: model trained for preset {info.get('preset')!r} version "
-                             f"{info.get('preset_version')}; this index uses {self.preset['name']!r} version "
-                             f"{self.preset['version']}.")
-        tmp = self.path / "model.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        os.replace(tmp, self._model_dir())
-        meta = {"id": info["id"], "trained_on": info.get("trained_on"), "imported": str(src)}
-        if info.get("effective"):
-            meta["effective"] = info["effective"]
-        self.catalog.set_meta(model=meta)
-
-    def _backend_for(self, gen: int):
-        """The backend with the model and the state of generation ``gen`` (cached per generation)."""
-        if self._backend is not None and self._backend_gen == gen:
-            return self._backend
-        backend = make_backend(self.preset)
-        if not self._load_model_into(backend):
-            if gen:
-                raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
-            self._backend, self._backend_gen = backend, gen
-            return backend
-        backend.load_state(self._gen_dir(gen) if gen else None)
-        self._backend, self._backend_gen = backend, gen
-        return backend
-
-    def _cleanup(self, keep: Iterable[int]) -> None:
-        keep_names = {f"{g:08d}" for g in keep}
-        gens = self.path / "gens"
-        if gens.is_dir():
-            for p in gens.iterdir():
-                if p.name not in keep_names:
-                    shutil.rmtree(p, ignore_errors=True)
-        shutil.rmtree(self.path / "model.tmp", ignore_errors=True)
-
-    # ------------------------------------------------------------------ writer lock
-    def _writer_lock(self):
-        """An exclusive lock on ``<index>/.lock`` for the duration of a sync or remove (released by the kernel
-        when the process dies, so a killed run never leaves it held)."""
-        import contextlib
-        import fcntl
-
-        @contextlib.contextmanager
-        def held():
-            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise RuntimeError(f"another 'retrieval index' or 'remove' is writing to {self.path}; "
-                                       f"wait for it to finish.") from None
-                yield
-            finally:
-                os.close(fd)
-
-        return held()
 
     # ------------------------------------------------------------------ sync
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
@@ -295,7 +211,6 @@ class Index(IndexBuildMixin):
                 report.unchanged += 1
             else:
                 candidates.append(p)
-        from retrieval.features.store import file_hash
 
         hashes = {}
         cb, close = progress_callback(progress and len(candidates) > 0, "hashing", len(candidates))
@@ -397,7 +312,6 @@ class Index(IndexBuildMixin):
         shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         backend.save_state(tmp)
-        from retrieval.core.persistence import fsync_dir
 
         fsync_dir(tmp)
         os.replace(tmp, final)
@@ -483,7 +397,7 @@ class Index(IndexBuildMixin):
         path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
         return self.extractor(path), None
 
-    def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, **options) -> list[SearchHit]:
+    def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, **options) -> list[Hit]:
         """Ranked results for an image (indexed path or id, or any image file), optionally restricted to a box.
 
         Parameters
@@ -494,9 +408,6 @@ class Index(IndexBuildMixin):
         method, rerank : str or None — override the preset's ``search.method`` / ``search.rerank``
         **options : backend options (``alpha`` for the object preset's delta_1 / delta_2)
         """
-        from retrieval.core.checks import check_scalar
-        from retrieval.features import parse_box, select_in_box, subset
-
         check_scalar(k, "k", "Index.search", low=1)
         for attempt in range(5):
             gen, rows = self.catalog.snapshot()
@@ -543,8 +454,7 @@ class Index(IndexBuildMixin):
             r = by_id.get(hit.id)
             if r is None:  # not in this snapshot (cannot happen with a consistent generation)
                 continue
-            out.append(SearchHit(rank=len(out) + 1, path=r["path"], score=hit.score, inliers=hit.inliers,
-                                 box=None if hit.box is None else list(hit.box), id=int(hit.id)))
+            out.append(replace(hit, rank=len(out) + 1, path=r["path"]))
         return out
 
     # ------------------------------------------------------------------ info

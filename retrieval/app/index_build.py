@@ -14,7 +14,10 @@ import shutil
 import numpy as np
 
 from retrieval.app.index_support import LazyFeatures, progress_callback
-from retrieval.core.persistence import crash_point
+from retrieval.core.persistence import crash_point, fsync_dir, write_json_atomic
+from retrieval.engine.presets import preset_config
+from retrieval.features.parallel import extract_many
+from retrieval.features.store import file_hash
 
 logger = logging.getLogger("retrieval.app.index")
 
@@ -26,7 +29,6 @@ class IndexBuildMixin:
         if not paths:
             return
         cb, close = progress_callback(progress, "extracting", len(paths))
-        from retrieval.features.parallel import extract_many
 
         results = extract_many(paths, extractor, workers=workers)
         done = 0
@@ -49,17 +51,16 @@ class IndexBuildMixin:
         """(path, hash) of the training images: ``train_images`` or a seeded sample of the collection."""
         explicit = self.catalog.get_meta("train_images")
         if explicit:
-            from retrieval.features.store import file_hash
-
             return [(p, file_hash(p)) for p in explicit]
         pool = {r["hash"]: r["path"] for r in rows if r["status"] == "indexed"}
         pool.update({hashes[p]: p for p in to_add if p not in failed})
         if not pool:
             raise ValueError("no readable image to train the model on.")
-        tr = self.preset.get("training", {})
+
+        tr = preset_config(self.preset).training
         order = sorted(pool)  # by content hash: independent of names and of the walk order
-        rng = np.random.default_rng(int(tr.get("random_state", 0)))
-        n = min(len(order), int(tr.get("max_images", 1000)))
+        rng = np.random.default_rng(tr.random_state)
+        n = min(len(order), tr.max_images)
         pick = sorted(rng.choice(len(order), n, replace=False)) if n < len(order) else range(len(order))
         return [(pool[order[i]], order[i]) for i in pick]
 
@@ -84,7 +85,6 @@ class IndexBuildMixin:
         effective = dict(getattr(backend, "effective", {}) or {})
         if effective:  # preset parameters reduced to fit a small training set (pipeline.record_reduction)
             info["effective"] = effective
-        from retrieval.core.persistence import fsync_dir, write_json_atomic
 
         write_json_atomic(tmp / "model.json", info)
         fsync_dir(tmp)

@@ -1,5 +1,5 @@
-"""Support for :mod:`retrieval.app.index`: the photo-folder walk, the result and report records, lazy feature
-access and progress bars."""
+"""Support for :mod:`retrieval.app.index`: the photo-folder walk, the sync report, lazy feature access and
+progress bars (results are :class:`retrieval.engine.hits.Hit` records)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp")
-
-
-@dataclass
-class SearchHit:
-    """One ranked result.
-
-    Attributes
-    ----------
-    rank : int  (1 = best)
-    path : str  (absolute path of the indexed image)
-    score : float  (first-stage similarity of the preset, higher is better)
-    inliers : int or None  (spatially verified inliers, when re-ranked)
-    box : list of 4 float or None  (matched region x1, y1, x2, y2 in the result image, original pixels)
-    id : int  (catalog id)
-    """
-
-    rank: int
-    path: str
-    score: float
-    inliers: int | None = None
-    box: list[float] | None = None
-    id: int = -1
-
-    def to_json(self) -> dict:
-        """The documented ``--json`` object: rank, path, score, and inliers / box when available."""
-        out = {"rank": self.rank, "path": self.path, "score": round(float(self.score), 6)}
-        if self.inliers is not None:
-            out["inliers"] = int(self.inliers)
-        if self.box is not None:
-            out["box"] = [round(float(v), 1) for v in self.box]
-        return out
+from retrieval.core.progress import callback_for, progress_bar
+from retrieval.features.image import IMAGE_EXTENSIONS
 
 
 @dataclass
@@ -67,7 +37,7 @@ class SyncReport:
 def walk_photos(folder) -> list[str]:
     """Image files under ``folder``, recursively, as sorted absolute paths.
 
-    Extensions jpg/jpeg/png/tif/tiff/webp/bmp in any case; names starting with ``.`` (hidden files and folders)
+    Extensions :data:`retrieval.features.image.IMAGE_EXTENSIONS` in any case; names starting with ``.`` (hidden files and folders)
     are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
     and inode, is skipped, which breaks symlink loops).
     """
@@ -123,8 +93,6 @@ def progress_callback(enabled, desc: str, total: int, unit: str = "img"):
     """A (callback, close) pair drawing a bar on stderr when ``enabled``."""
     if not enabled:
         return None, (lambda: None)
-    from retrieval.core.progress import callback_for, progress_bar
-
     bar = progress_bar(total, desc, unit=unit)
     return callback_for(bar), bar.close
 

@@ -1,4 +1,4 @@
-"""The assignment benchmark behind ``retrieval bench akm``: our AKM structure against faiss on the same words.
+"""The measurements behind ``retrieval bench akm``: AKM training, and our assignment structure against faiss.
 
 One image's descriptors (a few thousand rows) are assigned to a large vocabulary; each method's time is the
 median of ``repeats`` calls on the same rows, and its agreement is the fraction of rows whose returned word is
@@ -12,7 +12,10 @@ from __future__ import annotations
 import logging
 import time
 
+import numba
 import numpy as np
+
+from retrieval.aggregation.large_vocabulary import ApproximateKMeans, exact_nearest
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +37,6 @@ def assignment_curve(W, held, *, nprobes=(4, 8, 16, 24, 32), n_coarse=None, n_co
 
     W : (K, d) float32 words; held : (n, d) float32 rows to assign. Returns a JSON-able dict.
     """
-    import numba
-
-    from retrieval.aggregation.large_vocabulary import ApproximateKMeans, exact_nearest
-
     numba.set_num_threads(threads)
     res = {"words": int(W.shape[0]), "descriptors": int(held.shape[0]), "threads": threads}
     t0 = time.perf_counter()
@@ -63,6 +62,49 @@ def assignment_curve(W, held, *, nprobes=(4, 8, 16, 24, 32), n_coarse=None, n_co
         for row in ours:
             if row["nprobe"] in ivf:
                 row["ratio_to_faiss_ivf"] = row["ms"] / ivf[row["nprobe"]]
+    return res
+
+
+def bench_akm(descriptors, *, train_words=100_000, train_descriptors=1_000_000, n_iter=10, assign_words=1_000_000,
+              assign_descriptors=3000, nprobe=8, nprobes=(4, 8, 16, 24, 32), n_coarse=None, n_components=64,
+              n_candidates=16, threads=2, faiss_methods=("ivf",), hnsw_m=32, efs=(16, 32, 64, 128),
+              seed=0) -> dict:
+    """Time AKM training and the assignment of one image's descriptors; agreement with the exact nearest word.
+
+    ``descriptors`` is a float32 .npy of shape (n, d), read memory-mapped. Its last ``assign_descriptors``
+    rows are held out and assigned. With ``train_words`` > 0, an :class:`ApproximateKMeans` of that many words
+    is trained on at most ``train_descriptors`` other rows (``"train"``: seconds, inertia, assignment time of
+    the held-out rows, agreement with :func:`exact_nearest`). With ``assign_words`` > 0, a vocabulary of that
+    many sampled rows goes through :func:`assignment_curve` (``"assign"``). Returns a JSON-able dict.
+    """
+    X = np.load(descriptors, mmap_mode="r", allow_pickle=False)
+    if X.ndim != 2 or X.shape[0] <= assign_descriptors:
+        raise ValueError(f"{descriptors}: expected a 2-d array (n, d) with more than {assign_descriptors} rows "
+                         f"(the held-out ones); got shape {X.shape}.")
+    rng = np.random.default_rng(seed)
+    held = np.ascontiguousarray(X[-assign_descriptors:], dtype=np.float32)
+    pool = X.shape[0] - assign_descriptors
+    res = {"descriptors": str(descriptors), "n_available": int(X.shape[0]), "dim": int(X.shape[1])}
+    if train_words:
+        idx = np.sort(rng.choice(pool, size=min(train_descriptors, pool), replace=False))
+        Xt = np.ascontiguousarray(X[idx], dtype=np.float32)
+        t0 = time.perf_counter()
+        v = ApproximateKMeans(train_words, n_iter=n_iter, nprobe=nprobe, random_state=seed).fit(Xt)
+        res["train"] = {"words": train_words, "descriptors": int(Xt.shape[0]), "n_iter": n_iter,
+                        "seconds": time.perf_counter() - t0, "inertia": v.inertia_}
+        lab, _ = exact_nearest(held, v.cluster_centers_)
+        v.predict(held[:10])
+        t0 = time.perf_counter()
+        pred = v.predict(held)
+        res["train"]["assign_ms"] = 1000 * (time.perf_counter() - t0)
+        res["train"]["agreement_exact"] = float((pred == lab).mean())
+        del Xt
+    if assign_words:
+        idx = np.sort(rng.choice(pool, size=min(assign_words, pool), replace=False))
+        W = np.ascontiguousarray(X[idx], dtype=np.float32)
+        res["assign"] = assignment_curve(
+            W, held, nprobes=list(nprobes), n_coarse=n_coarse, n_components=n_components, n_candidates=n_candidates,
+            threads=threads, faiss_methods=tuple(faiss_methods), hnsw_m=hnsw_m, efs=list(efs), seed=seed)
     return res
 
 

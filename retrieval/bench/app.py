@@ -1,8 +1,9 @@
 """Benchmarks of the application, run by ``retrieval bench app``.
 
-- ``minibench``: the images of ``minibench.json`` copied into a photo folder, indexed by ``retrieval index``
-  with a preset, each group's first image queried by ``retrieval query --json``; mAP over the groups with the
-  query removed from its own list (INRIA Holidays protocol), with and without re-ranking.
+- ``minibench``: the images of ``minibench.json`` copied into a photo folder, indexed with a preset through
+  :class:`~retrieval.app.index.Index` (what ``retrieval index`` runs), each group's first image queried (what
+  ``retrieval query`` runs); mAP over the groups with the query removed from its own list (INRIA Holidays
+  protocol), with and without re-ranking.
 - ``throughput``: N small generated images (random textured scenes, each one a few views of a common
   pattern) indexed; images per second per stage, then query latency p50/p95 over Q queries.
 """
@@ -16,29 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.app.index import Index
+from retrieval.engine.presets import load_preset
+from retrieval.evaluation.ap import average_precision
+
 
 def _average_precision(ranked, positives) -> float:
     """Holidays-style AP (trapezoidal over recall, as holidays_map.py) of a ranked list of names."""
-    from retrieval.evaluation.ap import average_precision
-
     return float(average_precision(list(ranked), set(positives), check=False))
 
 
-def minibench(spec_path, workdir, *, preset="default", reranks=None, feature_store=None,
-              workers=None, progress=False) -> dict:
-    """mAP of ``preset`` on minibench through the CLI commands (index, then query --json).
-
-    Returns ``{"preset", "n_images", "n_queries", "index_seconds", "map": {rerank: value}}``.
-    """
-    from click.testing import CliRunner
-
-    from retrieval.cli.main import main
-
-    spec_path = Path(spec_path)
-    spec = json.loads(spec_path.read_text())
-    base = spec_path.parent
-    workdir = Path(workdir)
-    photos = workdir / "photos"
+def _copy_minibench(spec: dict, base: Path, photos: Path) -> dict:
+    """Copy the spec's images into ``photos`` (flat names); returns {absolute copied path: name in the spec}."""
     if photos.exists():
         shutil.rmtree(photos)
     photos.mkdir(parents=True)
@@ -47,49 +37,50 @@ def minibench(spec_path, workdir, *, preset="default", reranks=None, feature_sto
         dst = photos / rel.replace("/", "__")
         shutil.copy(base / rel, dst)
         name_of[str(dst.resolve())] = rel
+    return name_of
+
+
+def minibench(spec_path, workdir, *, preset="default", reranks=None, feature_store=None,
+              workers=None, progress=False) -> dict:
+    """mAP of ``preset`` on minibench: a new index of the copied images, then one query per group.
+
+    Returns ``{"preset", "n_images", "n_queries", "index_seconds", "map": {rerank: value},
+    "query_seconds": {rerank: seconds per query}}`` and ``"spatial"`` (why it was not measured) when spatial
+    re-ranking is unavailable. Raises RuntimeError when an image cannot be indexed.
+    """
+    spec_path = Path(spec_path)
+    spec = json.loads(spec_path.read_text())
+    workdir = Path(workdir)
+    photos = workdir / "photos"
+    name_of = _copy_minibench(spec, spec_path.parent, photos)
     index_dir = workdir / f"index-{Path(str(preset)).stem}"
     if index_dir.exists():
         shutil.rmtree(index_dir)
-    runner = CliRunner()
-    args = ["-q", "index", str(photos), "--index", str(index_dir), "--preset", str(preset)]
-    if not progress:
-        args.append("--quiet")
-    if feature_store:
-        args += ["--feature-store", str(feature_store)]
-    if workers:
-        args += ["--workers", str(workers)]
     t0 = time.perf_counter()
-    res = runner.invoke(main, args, catch_exceptions=False)
-    index_seconds = time.perf_counter() - t0
-    if res.exit_code != 0:
-        raise RuntimeError(f"retrieval index failed: {res.output[-2000:]}")
-    from retrieval.engine.pipeline import spatial_available
-    from retrieval.engine.presets import load_preset
-
-    if reranks is None:
-        kind = load_preset(preset)["kind"]
-        reranks = ("none", "exact", "spatial") if kind == "object" else ("none", "spatial")
-    if "spatial" in reranks and not spatial_available():
-        reranks = tuple(r for r in reranks if r != "spatial")  # reported as missing below
-    out = {"preset": str(preset), "n_images": len(spec["images"]), "n_queries": len(spec["groups"]),
-           "index_seconds": round(index_seconds, 1), "map": {}, "query_seconds": {}}
-    for rerank in reranks:
-        aps = []
-        t0 = time.perf_counter()
-        for g in spec["groups"]:
-            q = str((photos / g["images"][0].replace("/", "__")).resolve())
-            res = runner.invoke(main, ["-q", "query", q, "--index", str(index_dir), "--top",
-                                       str(len(spec["images"])), "--json", "--rerank", rerank],
-                                catch_exceptions=False)
-            if res.exit_code != 0:
-                raise RuntimeError(f"retrieval query failed: {res.output[-2000:]}")
-            hits = json.loads(res.stdout)
-            ranked = [name_of[h["path"]] for h in hits if name_of[h["path"]] != g["images"][0]]
-            aps.append(_average_precision(ranked, g["images"][1:]))
-        out["map"][rerank] = round(float(np.mean(aps)), 4)
-        out["query_seconds"][rerank] = round((time.perf_counter() - t0) / len(spec["groups"]), 3)
-    if not spatial_available():
-        out["spatial"] = "not measured: retrieval.rerank.verify_affine is not available"
+    idx = Index.create(index_dir, preset=preset, feature_store=feature_store)
+    try:
+        report = idx.sync(photos, workers=workers, progress=progress)
+        index_seconds = time.perf_counter() - t0
+        if report.errors:
+            raise RuntimeError(f"{len(report.errors)} minibench image(s) could not be indexed, e.g. "
+                               f"{report.errors[0][0]}: {report.errors[0][1]}")
+        if reranks is None:
+            kind = load_preset(preset)["kind"]
+            reranks = ("none", "exact", "spatial") if kind == "object" else ("none", "spatial")
+        out = {"preset": str(preset), "n_images": len(spec["images"]), "n_queries": len(spec["groups"]),
+               "index_seconds": round(index_seconds, 1), "map": {}, "query_seconds": {}}
+        for rerank in reranks:
+            aps = []
+            t0 = time.perf_counter()
+            for g in spec["groups"]:
+                q = str((photos / g["images"][0].replace("/", "__")).resolve())
+                hits = idx.search(q, k=len(spec["images"]), rerank=rerank)
+                ranked = [name_of[h.path] for h in hits if name_of[h.path] != g["images"][0]]
+                aps.append(_average_precision(ranked, g["images"][1:]))
+            out["map"][rerank] = round(float(np.mean(aps)), 4)
+            out["query_seconds"][rerank] = round((time.perf_counter() - t0) / len(spec["groups"]), 3)
+    finally:
+        idx.close()
     return out
 
 
@@ -126,8 +117,6 @@ def make_synthetic_folder(folder, n: int, *, side: int = 96, views: int = 4, see
 def throughput(workdir, *, n: int = 10000, queries: int = 200, preset="default", workers=None,
                progress=False) -> dict:
     """Index ``n`` generated images with ``preset``; report stage timings and query latency p50/p95 (ms)."""
-    from retrieval.app.index import Index
-
     workdir = Path(workdir)
     photos = workdir / "photos"
     t0 = time.perf_counter()
@@ -144,10 +133,8 @@ def throughput(workdir, *, n: int = 10000, queries: int = 200, preset="default",
     rows = idx.catalog.rows()
     rng = np.random.default_rng(1)
     picks = rng.choice(len(rows), min(queries, len(rows)), replace=False)
-    from retrieval.engine.pipeline import spatial_available
-
     lat = {}
-    for rerank in ("none", "spatial") if spatial_available() else ("none",):
+    for rerank in ("none", "spatial"):
         times = []
         for j in picks:
             t = time.perf_counter()
@@ -162,3 +149,19 @@ def throughput(workdir, *, n: int = 10000, queries: int = 200, preset="default",
             "bytes_on_disk": info["bytes_on_disk"], "errors": len(report.errors), "latency": lat,
             "stage_seconds": report.stage_seconds,
             "queries": int(len(picks))}
+
+
+def bench_app(*, minibench_json=None, n_images=None, queries: int = 200, presets=("default",), workdir="bench-app",
+              feature_store=None, workers=None, progress=False) -> dict:
+    """``{"minibench": [minibench(...) per preset], "throughput": throughput(...) with the first preset}``;
+    each part only when its input (``minibench_json``, ``n_images``) is given."""
+    if not minibench_json and not n_images:
+        raise ValueError("bench_app needs a minibench spec and/or a number of images to generate.")
+    out = {}
+    if minibench_json:
+        out["minibench"] = [minibench(minibench_json, workdir, preset=p, feature_store=feature_store, workers=workers,
+                                      progress=progress) for p in presets]
+    if n_images:
+        out["throughput"] = throughput(f"{workdir}/throughput-{n_images}", n=n_images, queries=queries,
+                                       preset=presets[0], workers=workers, progress=progress)
+    return out

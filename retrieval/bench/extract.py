@@ -6,12 +6,15 @@ Every figure is a ratio of times measured in the same run on the same decoded im
 from __future__ import annotations
 
 import logging
+import re
 import time
+from pathlib import Path
 
 import numpy as np
 
 from retrieval.features.extractor import FeatureExtractor
 from retrieval.features.parallel import ExtractionPool, extract_many
+from retrieval.rerank.matching import MATCH_DEFAULTS, apply_homography, match_descriptors, match_features
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +110,6 @@ HOMOGR_PAIRS = ["Boston", "BostonLib", "BruggeSquare", "BruggeTower", "Brussels"
 
 def read_opencv_matrix_text(path, node: str) -> np.ndarray:
     """A matrix node of an OpenCV FileStorage XML file, parsed as text (OpenCV 5 fails on H1to3p.xml)."""
-    import re
-
     txt = open(path, encoding="utf-8").read()
     m = re.search(rf"<{node}[^>]*>.*?<rows>\s*(\d+)\s*</rows>\s*<cols>\s*(\d+)\s*</cols>.*?<data>(.*?)</data>",
                   txt, re.S)
@@ -116,6 +117,15 @@ def read_opencv_matrix_text(path, node: str) -> np.ndarray:
         raise ValueError(f"{path}: no matrix node {node!r}.")
     rows, cols = int(m.group(1)), int(m.group(2))
     return np.array(m.group(3).split(), dtype=np.float64).reshape(rows, cols)
+
+
+def match_parameters(*, plain: bool = False) -> dict:
+    """The matching parameters of ``retrieval match`` (``MATCH_DEFAULTS`` less the extractor's); ``plain``: the
+    plain pipeline (ratio 0.8, no mutual nearest neighbours, no guided matching)."""
+    params = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
+    if plain:
+        params.update(ratio=0.8, mutual=False, guided=False)
+    return params
 
 
 def bench_match(data, *, extractor, match_params: dict, store=None) -> dict:
@@ -127,11 +137,7 @@ def bench_match(data, *, extractor, match_params: dict, store=None) -> dict:
     figure). homogr: for each pair the median error of the estimated A -> B homography on the hand-verified
     points of ``<name>_vpts.mat`` (``_model.txt`` maps B to A and is not used).
     """
-    from pathlib import Path
-
     import scipy.io as sio
-
-    from retrieval.rerank.matching import apply_homography, match_descriptors, match_features
 
     data = Path(data)
 

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.codes import ProductQuantizer
+from retrieval.core.persistence import save_npy_atomic
+from retrieval.features import FeatureExtractor, root_sift
+from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.search import IVFADC
+
 logger = logging.getLogger(__name__)
 
 RECALL_AT = (1, 10, 100)
@@ -45,15 +51,13 @@ def rootsift_descriptors(min_count: int, cache_dir: Path, threshold: float = 1.0
     to get more regions) and cached as ``cache_dir/bench-rootsift-<config_key>.npy``; raises when fewer than
     ``min_count`` descriptors exist.
     """
-    from retrieval.features import FeatureExtractor, root_sift
-
     ex = FeatureExtractor("hesaff", max_side=max_side, threshold=threshold)
     cache = Path(cache_dir) / f"bench-rootsift-{ex.config_key}.npy"
     if cache.exists():
         desc = np.load(cache, allow_pickle=False)
     else:
         root = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-        paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".ppm", ".pgm"))
+        paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
         if not paths:
             raise FileNotFoundError(f"no images found under {root} for --data rootsift.")
         parts = []
@@ -66,8 +70,6 @@ def rootsift_descriptors(min_count: int, cache_dir: Path, threshold: float = 1.0
             parts.append(root_sift(feats.descriptors))
             logger.info("%d/%d %s: %d descriptors", i + 1, len(paths), p.name, len(feats.descriptors))
         desc = np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
-        from retrieval.core.persistence import save_npy_atomic
-
         save_npy_atomic(cache, desc)
     if desc.shape[0] < min_count:
         raise ValueError(f"only {desc.shape[0]} RootSIFT descriptors in {cache}; {min_count} needed.")
@@ -191,9 +193,6 @@ def _run(kind, *, n, d, M, nbits, nlist, nprobe, k, nq, ntrain, compare, threads
 def _one_training(kind, faiss, xt, xb, xq, gt, rng, *, d, M, nbits, nlist, nprobe, kk, threads, synthetic,
                   n_iter, seed, faiss_seed, repeats, n):
     """Train, fill and search both libraries once (ours with ``seed``, faiss with ``cp.seed = faiss_seed``)."""
-    from retrieval.codes import ProductQuantizer
-    from retrieval.search import IVFADC
-
     t0 = time.perf_counter()
     if kind == "pq":
         ours = ProductQuantizer(M, nbits, n_iter=n_iter, random_state=seed).fit(xt)

@@ -7,6 +7,14 @@ import time
 
 import numpy as np
 
+from retrieval.bench.binary import (
+    DEFAULT_CACHE,
+    DEFAULT_MINIBENCH,
+    load_features,
+    minibench_paths,
+    sift_vectors,
+)
+from retrieval.codes.binary import unpack_bits
 from retrieval.codes.homogeneous_map import BEAHK
 from retrieval.codes.kernel_pca import KernelPCAEmbedding
 from retrieval.codes.kernels import kernel_matrix, kernel_topk
@@ -49,7 +57,7 @@ def _binary(emb, train, base, queries, gt, distance="hamming"):
 
 
 def part_recall(train, base, queries, gt, bits, landmarks, seed):
-    """001 Fig. 4: recall@R of each scheme at equal bits (KPCA+PQ with E = 128, KPCA+LSH with E = B)."""
+    """Bourrier et al. 2015, Fig. 4: recall@R of each scheme at equal bits (KPCA+PQ with E = 128, KPCA+LSH with E = B)."""
     rows = []
     for b in bits:
         rows.append({"method": "KPCA+PQ (RP)", "bits": b,
@@ -69,7 +77,7 @@ def part_recall(train, base, queries, gt, bits, landmarks, seed):
 
 
 def part_table2(train, base, queries, gt, landmarks, seed, repeats=3):
-    """001 Table 2: KPCA+PQ (E = 64, 8 bytes) with no pre-processing, random rotation, random permutation."""
+    """Bourrier et al. 2015, Table 2: KPCA+PQ (E = 64, 8 bytes) with no pre-processing, random rotation, random permutation."""
     rows = []
     for pre in ("none", "rotation", "permutation"):
         runs = [_kpca_pq(train, base, queries, gt, 64, landmarks, seed + r, pre, E=64) for r in range(repeats)]
@@ -83,7 +91,7 @@ def part_table2(train, base, queries, gt, landmarks, seed, repeats=3):
 
 
 def part_exact(train, base, queries, gt, seed, landmarks=2048, E=128):
-    """001 Appendix A.2: exact NN with the Cauchy-Schwarz bound; correctness and kernel evaluations."""
+    """Bourrier et al. 2015, Appendix A.2: exact NN with the Cauchy-Schwarz bound; correctness and kernel evaluations."""
     emb = KernelPCAEmbedding("chi2", landmarks, E, random_state=seed).fit(train)
     out = {"landmarks": landmarks, "E": emb.n_components_}
     for bound in ("kth", "paper"):
@@ -112,9 +120,7 @@ def _frobenius(codes_bits, target):
 
 
 def part_beahk(train, seed, n=2000, bits=(128, 512, 1024, 2048), landmarks=1024):
-    """004 Fig. 3: ||H - acos(K)/pi||_F and spectral norm vs bits, BE-AHK and KLSH(rank 128)."""
-    from retrieval.codes.binary import unpack_bits
-
+    """Kim and Choi 2017, Fig. 3: ||H - acos(K)/pi||_F and spectral norm vs bits, BE-AHK and KLSH(rank 128)."""
     rng = np.random.default_rng(seed)
     X = train[rng.choice(train.shape[0], n, replace=False)]
     K = np.clip(kernel_matrix(X, X, "chi2").astype(np.float64), -1, 1)
@@ -133,7 +139,7 @@ def part_beahk(train, seed, n=2000, bits=(128, 512, 1024, 2048), landmarks=1024)
 
 
 def part_shift(train, base, queries, seed, bits=1024, n_base=20000, n_clusters=10, landmarks=1024):
-    """004 Fig. 6 protocol: landmarks from one cluster, queries from the others; recall@R of the chi2 NN."""
+    """Kim and Choi 2017, Fig. 6 protocol: landmarks from one cluster, queries from the others; recall@R of the chi2 NN."""
     from sklearn.cluster import KMeans
 
     rng = np.random.default_rng(seed)
@@ -178,4 +184,25 @@ def run(parts, train, base, queries, bits, landmarks, seed):
         out["beahk_frobenius"] = part_beahk(train, seed)
     if "shift" in parts:
         out["shift"] = part_shift(train, base, queries, seed)
+    return out
+
+
+PARTS = ("recall", "table2", "exact", "beahk", "shift")
+
+
+def bench_kernels(*, parts=PARTS, bits=(32, 64, 128, 256), n_base=100_000, n_query=1000, landmarks=1024, seed=0,
+                  spec=DEFAULT_MINIBENCH, cache=DEFAULT_CACHE) -> dict:
+    """chi2 kernel search on l1-normalised SIFT of the minibench photos: the requested ``parts`` of :func:`run`.
+
+    Returns ``{"n_base", "n_query", "landmarks", <part results>...}``.
+    """
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown part {sorted(unknown)[0]!r}; choose among {', '.join(PARTS)}.")
+    _, paths = minibench_paths(spec)
+    feats = load_features(paths, cache)
+    train, base, queries = sift_vectors(feats, kind="l1", n_base=n_base, n_query=n_query, seed=seed)
+    logger.info("train %s, base %s, queries %s", train.shape, base.shape, queries.shape)
+    out = {"n_base": int(base.shape[0]), "n_query": int(queries.shape[0]), "landmarks": landmarks}
+    out.update(run(set(parts), train, base, queries, list(bits), landmarks, seed))
     return out

@@ -14,18 +14,21 @@ Junk (ignored in the ranking, as in the Oxford protocol): other images of the sa
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
-from retrieval.engine.object_search import ObjectSearcher, box_iou, project_box
+from retrieval.engine.object_search import ObjectSearcher
+from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.rerank.boxes import box_iou, project_box
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["shared_images", "box_queries", "evaluate"]
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 SAME_OBJECT = (("LePoint1", "LePoint2", "LePoint3"),)
 
 
@@ -34,21 +37,13 @@ def shared_images(root) -> list[Path]:
     root = Path(root)
     out = []
     for sub in ("homogr", "opencv_samples", "boofcv", "holidays"):
-        out += [p for p in (root / sub).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES]
+        out += [p for p in (root / sub).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS]
     return sorted(out)
 
 
 def _image_size(path):
-    from PIL import Image
-
     with Image.open(path) as im:
         return im.size
-
-
-def _clip_box(b, size):
-    w, h = size
-    x1, y1, x2, y2 = max(b[0], 0.0), max(b[1], 0.0), min(b[2], w - 1.0), min(b[3], h - 1.0)
-    return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
 
 
 def _opencv_homography(path_a, path_b):
@@ -71,10 +66,6 @@ def _opencv_homography(path_a, path_b):
 
 
 def _pixel_hashes(paths):
-    import hashlib
-
-    from PIL import Image
-
     out = {}
     for p in paths:
         with Image.open(p) as im:
@@ -92,7 +83,7 @@ def _add_junk(root, queries):
         for group in SAME_OBJECT:
             if q["name"] in group:
                 junk |= {p for p in (root / "homogr").glob("*")
-                         if p.suffix.lower() in IMAGE_SUFFIXES and p not in keep
+                         if p.suffix.lower() in IMAGE_EXTENSIONS and p not in keep
                          and any(p.name.startswith(g) for g in group)}
         q["junk"] = sorted(junk)
     return queries
@@ -110,15 +101,13 @@ def box_queries(root, *, shrink: float = 0.8) -> list[dict]:
             continue
         H_ba = np.loadtxt(model).reshape(3, 3)
         sa, sb = _image_size(a[0]), _image_size(b[0])
-        seen = project_box((0, 0, sb[0] - 1, sb[1] - 1), H_ba)
-        seen = None if seen is None else _clip_box(seen, sa)
+        seen = project_box((0, 0, sb[0] - 1, sb[1] - 1), H_ba, sa)
         if seen is None:
             continue
         cx, cy = (seen[0] + seen[2]) / 2, (seen[1] + seen[3]) / 2
         hw, hh = shrink * (seen[2] - seen[0]) / 2, shrink * (seen[3] - seen[1]) / 2
         box = (cx - hw, cy - hh, cx + hw, cy + hh)
-        true = project_box(box, np.linalg.inv(H_ba))
-        true = None if true is None else _clip_box(true, sb)
+        true = project_box(box, np.linalg.inv(H_ba), sb)
         if true is None:
             continue
         out.append({"name": name, "query": a[0], "target": b[0], "box": box, "true_box": true})
@@ -128,7 +117,7 @@ def box_queries(root, *, shrink: float = 0.8) -> list[dict]:
         if H is not None:
             sa = _image_size(qa)
             box = (0.0, 0.0, sa[0] - 1.0, sa[1] - 1.0)
-            true = _clip_box(project_box(box, H), _image_size(qb))
+            true = project_box(box, H, _image_size(qb))
             out.append({"name": "box", "query": qa, "target": qb, "box": box, "true_box": true})
     return _add_junk(root, out)
 
@@ -160,7 +149,7 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
         top = hits[0] if hits else None
         iou = box_iou(top.box, q["true_box"]) if top is not None and top.id == target and top.box else 0.0
         return {"rank": None if rank is None else rank + 1, "iou": iou,
-                "inliers": int(hits[rank].inliers) if rank is not None else 0}
+                "inliers": int(hits[rank].inliers or 0) if rank is not None else 0}
 
     configs, per_query = [], {}
     for method in methods:

@@ -13,7 +13,8 @@ import time
 
 import click
 
-from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
+from retrieval.cli.groups import bench, main
+from retrieval.cli.options import echo_json, json_option, workers_option
 
 DEFAULT_INDEX = "retrieval-index"
 
@@ -41,10 +42,10 @@ def _quiet(ctx, quiet: bool) -> bool:
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
-@click.option("--workers", type=click.IntRange(1, None), default=None, help="Extraction processes (default: cores).")
+@workers_option()
 @click.option("--skip-errors", is_flag=True, help="Exit 0 even when some files could not be read.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-@click.option("--json", "as_json", is_flag=True, help="Print the sync report as JSON.")
+@json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, workers, skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
@@ -57,8 +58,10 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, worke
     index_dir = _index_dir(index_dir)
     files = walk_photos(photo_dir)  # validates the folder before anything is created
     if not files:
-        raise click.ClickException(f"photo folder {photo_dir!r} holds no images (jpg, jpeg, png, tif, tiff, "
-                                   f"webp, bmp; hidden files are skipped).")
+        from retrieval.features.image import IMAGE_EXTENSIONS
+
+        raise click.ClickException(f"photo folder {photo_dir!r} holds no images "
+                                   f"({', '.join(e[1:] for e in IMAGE_EXTENSIONS)}; hidden files are skipped).")
     from pathlib import Path
 
     if preset is None and (Path(index_dir) / "catalog.db").exists():
@@ -103,8 +106,7 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
 @click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print a JSON list of {rank, path, score, inliers?, box?}.")
+@json_option("Print a JSON list of {rank, path, score, inliers?, box?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
 @click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
               "expectation, lower_bound; object: l1, l2, delta1, delta2).")
@@ -131,7 +133,7 @@ def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rera
 
 @main.command("info")
 @_index_option
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON.")
 def info_cmd(index_dir, as_json):
     """Summary of an index: preset, model, counts, unreadable files, last run."""
     from retrieval.app.index import Index
@@ -168,11 +170,17 @@ def remove_cmd(paths, index_dir):
 
 
 @main.command("presets")
-@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON.")
-def presets_cmd(as_json):
+@click.option("--show", "show", metavar="NAME", default=None,
+              help="Print the effective configuration of preset NAME (a bundled name or a .json file): every key, "
+                   "with the defaults it leaves unset filled in and marked '(default)'.")
+@click.option("--json", "as_json", is_flag=True, help="Print the presets (or with --show, the configuration) as JSON.")
+def presets_cmd(show, as_json):
     """List the bundled presets, whether each is available, and what a missing one needs."""
-    from retrieval.engine.presets import describe_presets
+    from retrieval.engine.presets import describe_presets, effective_preset, format_preset
 
+    if show is not None:
+        click.echo(json.dumps(effective_preset(show), indent=2) if as_json else format_preset(show))
+        return
     rows = describe_presets()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -231,26 +239,23 @@ def demo_cmd(ctx, out_dir, preset, quiet):
 
 @bench.command("app")
 @click.option("--minibench", "minibench_json", default=None, metavar="FILE",
-              help="minibench.json: mAP of each --preset through 'retrieval index' + 'retrieval query --json'.")
+              help="minibench.json: mAP of each --preset, indexed and queried as 'retrieval index' and "
+                   "'retrieval query' do.")
 @click.option("--n", "n_images", type=click.IntRange(1, None), default=None,
               help="Throughput run: index N generated small images, then time queries.")
-@click.option("--queries", type=click.IntRange(1, None), default=200, show_default=True)
-@click.option("--preset", "presets", multiple=True, default=["default"], show_default=True)
+@click.option("--queries", type=click.IntRange(1, None), default=200, show_default=True,
+              help="Timed queries of the throughput run.")
+@click.option("--preset", "presets", multiple=True, default=["default"], show_default=True,
+              help="Preset to measure (repeatable; the throughput run uses the first).")
 @click.option("--workdir", default="bench-app", show_default=True, help="Scratch folder (photos, indexes).")
 @click.option("--feature-store", default=None, metavar="DIR", help="Shared feature store (minibench).")
-@click.option("--workers", type=click.IntRange(1, None), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@workers_option()
+@json_option("No progress bars (the result is printed as JSON either way).")
 def bench_app_cmd(minibench_json, n_images, queries, presets, workdir, feature_store, workers, as_json):
     """Application benchmarks: minibench mAP per preset, and indexing throughput / query latency."""
-    from retrieval.bench import app as app_bench
-
     if not minibench_json and not n_images:
         raise click.UsageError("give --minibench FILE and/or --n N")
-    out = {}
-    if minibench_json:
-        out["minibench"] = [app_bench.minibench(minibench_json, workdir, preset=p, feature_store=feature_store,
-                                                workers=workers) for p in presets]
-    if n_images:
-        out["throughput"] = app_bench.throughput(f"{workdir}/throughput-{n_images}", n=n_images, queries=queries,
-                                                 preset=presets[0], workers=workers, progress=not as_json)
-    click.echo(json.dumps(out, indent=2))
+    from retrieval.bench.app import bench_app
+
+    echo_json(bench_app(minibench_json=minibench_json, n_images=n_images, queries=queries, presets=presets,
+                        workdir=workdir, feature_store=feature_store, workers=workers, progress=not as_json))

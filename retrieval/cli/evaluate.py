@@ -7,7 +7,8 @@ import math
 
 import click
 
-from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
+from retrieval.cli.groups import data, eval_
+from retrieval.cli.options import json_option, workers_option
 
 PROTOCOLS = ("holidays", "oxford5k", "paris6k", "roxford5k", "rparis6k")
 
@@ -62,7 +63,7 @@ def score_results(protocol: str, results: str, gt: str):
 @click.argument("results", type=click.Path(exists=True))
 @click.option("--gt", required=True, type=click.Path(exists=True),
               help="holidays_images.dat, the gt_files folder, or gnd_r*.pkl.")
-@click.option("--json", "as_json", is_flag=True, help="Print {protocol, mAP, per_query} as JSON.")
+@json_option("Print {protocol, mAP, per_query} as JSON.")
 def eval_score(protocol, results, gt, as_json):
     """Score RESULTS with the official protocol (same numbers and precision as the official tools).
 
@@ -162,11 +163,11 @@ def _default_work_dir():
 @click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
               "(default: $XDG_CACHE_HOME/retrieval/eval).")
 @click.option("--k", type=int, default=None, help="Ranked-list length (default: whole database up to 10,000).")
-@click.option("--workers", type=int, default=None, help="Feature-extraction processes (default: all cores).")
+@workers_option()
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset value (strict: the key must exist), e.g. projection.n_components=512, "
                    "index.bits=64, search.method=lower_bound. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@json_option("Print the JSON report.")
 @click.pass_context
 def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, work, k, workers, overrides, as_json):
     """Evaluate PRESET on DATASET end to end: features (cached), training, index, queries, official score.

@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from retrieval.cli.groups import bench, main
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"}
+from retrieval.cli.options import json_option
 
 
 def _parse_params(items) -> dict:
@@ -45,7 +44,7 @@ def _extractor(detector, max_side, params, rotation_invariant=False):
               help="Detector parameter, repeatable (e.g. --param threshold=1.0 --param rotation_invariance=true).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="Write the features to this .npz (frames, descriptors, image_size, header).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option()
 def extract_cmd(image, detector, max_side, params, out, as_json):
     """Extract the local features of IMAGE: number of features and time."""
     from retrieval.features.store import save_features
@@ -83,7 +82,7 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
 @click.option("--no-guided", is_flag=True, help="Skip the guided-matching stage.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="Write a side-by-side picture of the inliers and A's outline in B (PNG or JPEG).")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option()
 def match_cmd(image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method, threshold,
               no_guided, out, as_json):
     """Match IMAGE_A to IMAGE_B: tentative matches, robust homography A -> B, inliers.
@@ -128,15 +127,16 @@ def match_cmd(image_a, image_b, detector, max_side, rotation_invariant, params, 
 @click.option("--limit", type=int, default=0, help="Use at most this many images (0 = all).")
 @click.option("--max-side", type=int, default=1024, show_default=True, help="Working image size.")
 @click.option("--rounds", type=int, default=3, show_default=True, help="Repetitions of the overhead timing.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option()
 @click.pass_context
 def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
     """Extraction speed: images/s, features/image, overhead over raw pyhesaff, scaling with workers."""
     from retrieval.bench.extract import bench_extract
     from retrieval.core.progress import callback_for, progress_bar
+    from retrieval.features.image import IMAGE_EXTENSIONS
 
     p = Path(images)
-    paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+    paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_EXTENSIONS)
     if limit:
         paths = paths[:limit]
     if not paths:
@@ -166,18 +166,14 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
 @click.option("--plain", is_flag=True, help="The plain pipeline: ratio 0.8, no mutual NN, no guided matching.")
 @click.option("--feature-store", type=click.Path(file_okay=False), default=None,
               help="Feature-store folder to reuse extracted features.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+@json_option()
 def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature_store, as_json):
     """Matching accuracy: graf1 -> graf3 inliers and grid error, median error on the 16 homogr pairs."""
-    from retrieval.bench.extract import bench_match
+    from retrieval.bench.extract import bench_match, match_parameters
     from retrieval.features.store import FeatureStore
-    from retrieval.rerank.matching import MATCH_DEFAULTS
 
-    ex = _extractor(detector, max_side, {}, rotation_invariant)
-    params = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
-    if plain:
-        params.update(ratio=0.8, mutual=False, guided=False)
-    res = bench_match(data, extractor=ex, match_params=params,
+    res = bench_match(data, extractor=_extractor(detector, max_side, {}, rotation_invariant),
+                      match_params=match_parameters(plain=plain),
                       store=FeatureStore(feature_store) if feature_store else None)
     if as_json:
         click.echo(json.dumps(res))

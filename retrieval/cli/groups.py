@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from retrieval import __version__
+from retrieval._version import __version__
 
 
 class RetrievalGroup(click.Group):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
+from retrieval.cli.groups import bench
+from retrieval.cli.options import echo_json, json_option, seed_option, threads_option
 
 
 def _bench_options(fn):
@@ -26,32 +25,31 @@ def _bench_options(fn):
                      help="k-means iterations (both libraries)."),
         click.option("--compare", type=click.Choice(["faiss", "none"]), default="none", show_default=True,
                      help="Reference built and searched in the same run."),
-        click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
-                     help="Search threads (ours over queries; faiss via omp_set_num_threads)."),
+        threads_option(1, "Search threads (ours over queries; faiss via omp_set_num_threads)."),
         click.option("--synthetic-codes", is_flag=True, help="Inject random codes (speed and memory only, no recall)."),
         click.option("--data", "data_", type=click.Choice(["gaussian", "rootsift"]), default="gaussian",
                      show_default=True, help="Gaussian vectors, or RootSIFT of the shared real images (cached)."),
         click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
                      help="Interleaved timing repetitions; the minimum per library is reported."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Random seed."),
+        seed_option(),
         click.option("--train-seeds", type=click.IntRange(1), default=1, show_default=True,
                      help="Train both libraries this many times with different k-means seeds and report the mean "
                           "recall (and its s.d.) over the trainings."),
         click.option("--cache-dir", type=click.Path(file_okay=False), default=".cache", show_default=True,
                      help="Where extracted RootSIFT descriptors are cached."),
-        click.option("--json", "as_json", is_flag=True, help="Print one JSON object (ours, faiss, ratio)."),
+        json_option("Print one JSON object (ours, faiss, ratio)."),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
 
 
-def _run(kind, as_json, data_, synthetic_codes, **kw):
+def _run_and_print(kind, as_json, data_, synthetic_codes, **kw):
     from retrieval.bench.indexing import run
 
     res = run(kind, data=data_, synthetic=synthetic_codes, **kw)
     if as_json:
-        click.echo(json.dumps(res, indent=2, sort_keys=True))
+        echo_json(res, sort_keys=True)
         return
     p = res["params"]
     click.echo(f"{kind}: n={p['n']} d={p['d']} M={p['M']} nbits={p['nbits']}"
@@ -83,11 +81,11 @@ def bench_pq(**kw):
     """Exhaustive ADC: our ProductQuantizer against faiss IndexPQ (same data, same run)."""
     kw.pop("nlist")
     kw.pop("nprobe")
-    _run("pq", nlist=0, nprobe=0, **kw)
+    _run_and_print("pq", nlist=0, nprobe=0, **kw)
 
 
 @bench.command("ivfadc")
 @_bench_options
 def bench_ivfadc(**kw):
     """IVFADC: our IVFADC against faiss IndexIVFPQ (same data, same run)."""
-    _run("ivfadc", **kw)
+    _run_and_print("ivfadc", **kw)

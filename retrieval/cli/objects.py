@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import time
-
 import click
 
-from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
+from retrieval.cli.groups import bench, train
+from retrieval.cli.options import csv_items, echo_json, int_list, json_option, seed_option, threads_option
 
 
 @bench.command("invfile")
@@ -16,60 +14,27 @@ from retrieval.cli.groups import bench, data, eval_, main, train  # noqa: F401
 @click.option("--n-words", default=1_000_000, show_default=True, help="Vocabulary size.")
 @click.option("--query-words", default=1000, show_default=True, help="Distinct words per query.")
 @click.option("--zipf", "zipf_s", default=1.0, show_default=True, help="Zipf exponent s of the word law.")
-@click.option("--n-queries", default=20, show_default=True)
+@click.option("--n-queries", default=20, show_default=True, help="Queries timed per method.")
 @click.option("--k", default=200, show_default=True, help="Shortlist length returned per query.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
-def bench_invfile(n_images, words_per_image, n_words, query_words, zipf_s, n_queries, k, seed, as_json):
+@seed_option()
+@json_option()
+def bench_invfile_cmd(n_images, words_per_image, n_words, query_words, zipf_s, n_queries, k, seed, as_json):
     """Inverted-file query time of l1, l2, delta1, delta2 (Zhu et al. 2013, section 3.3) on synthetic Zipf words.
 
     Methods are interleaved query by query (same index, same queries, one thread), so the ratio
     delta1 / l1 is measured in one run.
     """
-    import numpy as np
+    from retrieval.bench.invfile import METHODS, bench_invfile
 
-    from retrieval.bench.zipf_synth import zipf_postings, zipf_query
-    from retrieval.search.invfile import InvertedFile
-
-    t0 = time.perf_counter()
-    indptr, ids, tf = zipf_postings(n_images, words_per_image, n_words, s=zipf_s, random_state=seed)
-    t_gen = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    inv = InvertedFile.from_csr(indptr, ids, tf, np.arange(n_images, dtype=np.int64))
-    t_build = time.perf_counter() - t0
-    rng = np.random.default_rng(seed + 1)
-    queries = [zipf_query(query_words, n_words, s=zipf_s, random_state=rng) for _ in range(n_queries)]
-    methods = ("l1", "delta1", "l2", "delta2")
-    for m in methods:                                   # compile / warm up
-        inv.search(queries[0], k, method=m)
-    times = {m: [] for m in methods}
-    for q in queries:
-        for m in methods:
-            t0 = time.perf_counter()
-            inv.search(q, k, method=m)
-            times[m].append(time.perf_counter() - t0)
-    df = np.diff(inv.indptr_)
-    visited = [int(df[np.unique(q)].sum()) for q in queries]
-    res = {
-        "n_images": n_images, "words_per_image": words_per_image, "n_words": n_words, "zipf_s": zipf_s,
-        "query_distinct_words": query_words, "n_queries": n_queries, "k": k,
-        "n_postings": inv.n_postings, "postings_per_image": inv.n_postings / n_images,
-        "bytes_per_posting": inv.bytes_per_posting,
-        "postings_bytes": int(inv.postings_ids_.nbytes + inv.postings_tf_.nbytes),
-        "visited_postings_per_query": float(np.mean(visited)),
-        "generate_s": t_gen, "build_s": t_build,
-        "ms_per_query": {m: 1000 * float(np.mean(v)) for m, v in times.items()},
-        "ms_per_query_median": {m: 1000 * float(np.median(v)) for m, v in times.items()},
-    }
-    res["ratio_delta1_over_l1"] = res["ms_per_query"]["delta1"] / res["ms_per_query"]["l1"]
-    res["ratio_delta2_over_l2"] = res["ms_per_query"]["delta2"] / res["ms_per_query"]["l2"]
+    res = bench_invfile(n_images=n_images, words_per_image=words_per_image, n_words=n_words, query_words=query_words,
+                        zipf_s=zipf_s, n_queries=n_queries, k=k, seed=seed)
     if as_json:
-        click.echo(json.dumps(res, indent=2))
+        echo_json(res)
         return
     click.echo(f"{n_images} images x {words_per_image} words (Zipf s={zipf_s}), {n_words} words: "
                f"{res['n_postings']} postings, {res['bytes_per_posting']} B/posting, "
                f"{res['visited_postings_per_query']:.0f} postings visited per query")
-    for m in methods:
+    for m in METHODS:
         click.echo(f"  {m:7s} {res['ms_per_query'][m]:8.2f} ms/query (median {res['ms_per_query_median'][m]:.2f})")
     click.echo(f"  delta1/l1 = {res['ratio_delta1_over_l1']:.3f}   delta2/l2 = {res['ratio_delta2_over_l2']:.3f}")
 
@@ -87,57 +52,31 @@ def bench_invfile(n_images, words_per_image, n_words, query_words, zipf_s, n_que
 @click.option("--n-coarse", default=None, type=int, help="Cells of the assignment structure (default: the library's).")
 @click.option("--n-components", default=64, show_default=True, help="PCA dimensions of the candidate scan.")
 @click.option("--n-candidates", default=16, show_default=True, help="Candidates re-ranked exactly.")
-@click.option("--threads", default=2, show_default=True, help="numba and faiss threads.")
+@threads_option(2, "numba and faiss threads.")
 @click.option("--faiss", "faiss_methods", default="ivf", show_default=True,
               help="faiss references in the same run: comma list of ivf (IndexIVFFlat over the same cells), hnsw "
                    "(IndexHNSWFlat); empty to skip.")
 @click.option("--hnsw-m", default=32, show_default=True)
 @click.option("--efs", default="16,32,64,128", show_default=True, help="HNSW efSearch values.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def bench_akm(descriptors, train_words, train_descriptors, n_iter, assign_words, assign_descriptors, nprobe, nprobes,
-              n_coarse, n_components, n_candidates, threads, faiss_methods, hnsw_m, efs, seed, as_json):
+@seed_option()
+@json_option()
+def bench_akm_cmd(descriptors, train_words, train_descriptors, n_iter, assign_words, assign_descriptors, nprobe, nprobes,
+                  n_coarse, n_components, n_candidates, threads, faiss_methods, hnsw_m, efs, seed, as_json):
     """Time AKM training and the assignment of one image's descriptors; agreement with the exact nearest word.
 
     DESCRIPTORS is a float32 .npy of shape (n, d) (e.g. RootSIFT). The assignment test holds out the last
     ASSIGN_DESCRIPTORS rows; its vocabulary of ASSIGN_WORDS words is built with `ApproximateKMeans.from_centers`
     over a sample of the other rows (one AKM iteration would cost as much as the training run).
     """
-    import numpy as np
+    from retrieval.bench.akm import bench_akm
 
-    from retrieval.aggregation.large_vocabulary import ApproximateKMeans, exact_nearest
-
-    X = np.load(descriptors, mmap_mode="r", allow_pickle=False)
-    rng = np.random.default_rng(seed)
-    held = np.ascontiguousarray(X[-assign_descriptors:], dtype=np.float32)
-    pool = X.shape[0] - assign_descriptors
-    res = {"descriptors": descriptors, "n_available": int(X.shape[0]), "dim": int(X.shape[1])}
-    if train_words:
-        idx = np.sort(rng.choice(pool, size=min(train_descriptors, pool), replace=False))
-        Xt = np.ascontiguousarray(X[idx], dtype=np.float32)
-        t0 = time.perf_counter()
-        v = ApproximateKMeans(train_words, n_iter=n_iter, nprobe=nprobe, random_state=seed).fit(Xt)
-        res["train"] = {"words": train_words, "descriptors": int(Xt.shape[0]), "n_iter": n_iter,
-                        "seconds": time.perf_counter() - t0, "inertia": v.inertia_}
-        lab, _ = exact_nearest(held, v.cluster_centers_)
-        v.predict(held[:10])
-        t0 = time.perf_counter()
-        pred = v.predict(held)
-        res["train"]["assign_ms"] = 1000 * (time.perf_counter() - t0)
-        res["train"]["agreement_exact"] = float((pred == lab).mean())
-        del Xt
-    if assign_words:
-        from retrieval.bench.akm import assignment_curve
-
-        idx = np.sort(rng.choice(pool, size=min(assign_words, pool), replace=False))
-        W = np.ascontiguousarray(X[idx], dtype=np.float32)
-        res["assign"] = assignment_curve(
-            W, held, nprobes=[int(p) for p in nprobes.split(",") if p], n_coarse=n_coarse,
-            n_components=n_components, n_candidates=n_candidates, threads=threads,
-            faiss_methods=tuple(m for m in faiss_methods.split(",") if m), hnsw_m=hnsw_m,
-            efs=[int(e) for e in efs.split(",") if e], seed=seed)
+    res = bench_akm(descriptors, train_words=train_words, train_descriptors=train_descriptors, n_iter=n_iter,
+                    assign_words=assign_words, assign_descriptors=assign_descriptors, nprobe=nprobe,
+                    nprobes=int_list(nprobes, "--nprobes"), n_coarse=n_coarse, n_components=n_components,
+                    n_candidates=n_candidates, threads=threads, faiss_methods=csv_items(faiss_methods),
+                    hnsw_m=hnsw_m, efs=int_list(efs, "--efs") if efs.strip() else [], seed=seed)
     if as_json:
-        click.echo(json.dumps(res, indent=2))
+        echo_json(res)
         return
     if "train" in res:
         r = res["train"]
@@ -168,7 +107,7 @@ def bench_akm(descriptors, train_words, train_descriptors, n_iter, assign_words,
 @click.option("--n-iter", default=10, show_default=True)
 @click.option("--nprobe", default=8, show_default=True)
 @click.option("--max-descriptors", default=1_000_000, show_default=True)
-@click.option("--seed", default=0, show_default=True)
+@seed_option()
 def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
     """Train a large vocabulary (approximate k-means) on a float32 .npy of descriptors (n, d)."""
     import numpy as np
@@ -198,49 +137,29 @@ def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
 @click.option("--alpha", default=0.5, show_default=True, help="alpha_1 / alpha_2 for the method table.")
 @click.option("--alphas", default="0.05,0.1,0.2,0.3,0.5,0.7,1,1.5,2,5", show_default=True,
               help="alpha_1 sweep (delta1, no re-ranking); empty to skip.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def bench_object(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, seed, as_json):
+@seed_option()
+@json_option()
+def bench_object_cmd(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, seed, as_json):
     """Box queries (16 homogr pairs + box/box_in_scene) among all shared images: top-1 and box IoU rates.
 
     The vocabulary is learnt on the database images themselves (the Oxford105K protocol of Zhu et al. 2013).
     Heavy on its first run (feature extraction, vocabulary training).
     """
-    from retrieval.bench.object_eval import box_queries, evaluate, shared_images
-    from retrieval.features import FeatureExtractor
-    from retrieval.features.store import FeatureStore
+    from retrieval.bench.objects import bench_object
 
-    ex = FeatureExtractor("hesaff")
-    store = FeatureStore(feature_store)
-    paths = shared_images(data_root)
-    feats = {p: store.get_or_extract(p, ex) for p in paths}
-    queries = box_queries(data_root)
-    reranks = tuple(r for r in reranks.split(",") if r)
-    skipped = []
     try:
-        from retrieval.rerank.verification import verify_affine  # noqa: F401
-        have_verify = True
-    except ImportError:
-        have_verify = False
-    if "spatial" in reranks and not have_verify:
-        reranks = tuple(r for r in reranks if r != "spatial")
-        skipped.append("spatial (retrieval.rerank.verify_affine not available)")
-    t0 = time.perf_counter()
-    res = evaluate(feats, queries, n_words=n_words, methods=tuple(m for m in methods.split(",") if m),
-                   reranks=reranks, alpha=alpha, alphas=[float(a) for a in alphas.split(",") if a],
-                   assignment=assignment, random_state=seed)
-    res.pop("searcher")
-    res["seconds"] = time.perf_counter() - t0
-    res["skipped"] = skipped
-    res["queries"] = [q["name"] for q in queries]
+        alpha_values = [float(a) for a in csv_items(alphas)]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {alphas!r}", param_hint="--alphas") from None
+    res = bench_object(data_root, feature_store=feature_store, n_words=n_words, assignment=assignment,
+                       methods=csv_items(methods), reranks=csv_items(reranks), alpha=alpha, alphas=alpha_values,
+                       seed=seed)
     if as_json:
-        click.echo(json.dumps(res, indent=2))
+        echo_json(res)
         return
-    click.echo(f"{len(queries)} box queries among {res['n_images']} images, {n_words} words ({assignment})")
+    click.echo(f"{len(res['queries'])} box queries among {res['n_images']} images, {n_words} words ({assignment})")
     for c in res["configs"]:
         click.echo(f"  {c['method']:7s} rerank={c['rerank']:8s} top1 {c['top1']:.3f}  box IoU>=0.5 "
                    f"{c['box_iou50_top1']:.3f}  mAP {c['mAP']:.3f}")
     for s in res["alpha_sweep"]:
         click.echo(f"  delta1 alpha={s['alpha']:<5g} top1 {s['top1']:.3f}  mAP {s['mAP']:.3f}")
-    for s in skipped:
-        click.echo(f"  skipped: {s}")

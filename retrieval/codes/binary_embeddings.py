@@ -31,46 +31,29 @@ from retrieval.core.checks import (
     check_random_state,
     check_scalar,
 )
+from retrieval.core.pca import fit_pca, random_rotation
 from retrieval.core.persistence import PersistableMixin
 
 DISTANCES = ("hamming", "expectation", "expectation_hat", "lower_bound")
 
 
 def _pca(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean (D,), top principal directions (D, n_components) and their variances (n_components,), float64."""
-    X = np.asarray(X, dtype=np.float64)
-    mean = X.mean(axis=0)
-    Xc = X - mean
-    n, D = Xc.shape
-    if n < D:
-        _, s, vt = np.linalg.svd(Xc, full_matrices=False)
-        var = s**2 / max(n - 1, 1)
-        W = vt[:n_components].T
-        var = var[:n_components]
-        if W.shape[1] < n_components:  # rank-deficient: complete with an orthonormal basis of the rest
-            q, _ = np.linalg.qr(W, mode="complete")     # orthonormal complement, deterministic
-            W = np.hstack([W, q[:, W.shape[1]:n_components]])
-            var = np.concatenate([var, np.zeros(n_components - var.size)])
-    else:
-        cov = Xc.T @ Xc / max(n - 1, 1)
-        evals, evecs = np.linalg.eigh(cov)
-        order = np.argsort(evals)[::-1][:n_components]
-        W, var = evecs[:, order], evals[order]
-    # deterministic sign: largest-magnitude coefficient positive
-    signs = np.sign(W[np.abs(W).argmax(axis=0), np.arange(W.shape[1])])
-    signs[signs == 0] = 1
-    return mean, W * signs, var
+    """Mean (D,), top principal directions (D, n_components) and their variances (n_components,), float64, by the
+    library's one PCA (:func:`retrieval.core.pca.fit_pca`: deterministic signs, orthonormal completion when there
+    are fewer training vectors than directions)."""
+    basis = fit_pca(X, n_components, solver="full")
+    return basis.mean, basis.components.T, basis.variances
 
 
 def random_orthogonal(K: int, rng: np.random.Generator) -> np.ndarray:
-    """Random orthogonal K x K matrix from the SVD of a N(0, 1) matrix (Gordo et al. 2014, 2.2.2, as in ITQ [21]).
+    """Random orthogonal K x K matrix (Gordo et al. 2014, 2.2.2; the initial rotation of ITQ): the library's one
+    Haar-distributed rotation, :func:`retrieval.core.pca.random_rotation` (QR of a N(0, 1) matrix, signs fixed).
 
     Returns
     -------
     ndarray of shape (K, K), dtype float64
     """
-    u, _, vt = np.linalg.svd(rng.standard_normal((K, K)))
-    return u @ vt
+    return random_rotation(K, rng)
 
 
 class BinaryEmbedding(PersistableMixin):
@@ -347,7 +330,7 @@ class PCAE(BinaryEmbedding):
 
 
 class PCAERR(PCAE):
-    """PCA embedding + random rotation (Gordo et al. 2014, 2.2.2, eq. 10-11): W~ = W R, R random orthogonal by SVD.
+    """PCA embedding + random rotation (Gordo et al. 2014, 2.2.2, eq. 10-11): W~ = W R, R random orthogonal.
 
     Learnt: ``mean_``, ``components_`` = W R (D, nbits) float32, ``rotation_`` R (nbits, nbits) float32.
     """

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from retrieval.aggregation.pca import PCAProjection
 from retrieval.codes.pq import ProductQuantizer
 from retrieval.core.checks import check_array, check_random_state, check_scalar
+from retrieval.core.pca import random_rotation
 
 __all__ = ["DimSelection", "select_dim"]
 
@@ -53,8 +55,6 @@ class DimSelection:
     def make_projection(self, random_state=None):
         """The PCA to ``best_dim`` followed by a random rotation (Jegou et al. 2012, sec. V-B), unfitted:
         ``retrieval.aggregation.PCAProjection(best_dim, rotation=True, random_state=random_state)``."""
-        from retrieval.aggregation import PCAProjection
-
         return PCAProjection(int(self.best_dim), rotation=True, random_state=random_state)
 
     def as_dict(self) -> dict:
@@ -64,11 +64,6 @@ class DimSelection:
                 "projection_error": [float(v) for v in self.projection_error],
                 "quantization_error": [float(v) for v in self.quantization_error],
                 "total_error": [float(v) for v in self.total_error]}
-
-
-def _random_rotation(dim: int, rng: np.random.Generator) -> np.ndarray:
-    q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
-    return (q * np.sign(np.diag(r))[None, :]).astype(np.float32)
 
 
 def select_dim(X, code_size: int, *, nbits: int = 8, M: int | None = None, candidates=None, X_eval=None,
@@ -102,8 +97,6 @@ def select_dim(X, code_size: int, *, nbits: int = 8, M: int | None = None, candi
         With ``best_dim`` the chosen D'; the PCA + rotation to apply is then
         ``retrieval.aggregation.PCAProjection(best_dim, rotation=True)``.
     """
-    from retrieval.aggregation import PCAProjection
-
     X = check_array(X, "X", min_rows=2)
     check_scalar(code_size, "code_size", "select_dim", low=1)
     check_scalar(nbits, "nbits", "select_dim", low=1, high=16)
@@ -149,7 +142,7 @@ def select_dim(X, code_size: int, *, nbits: int = 8, M: int | None = None, candi
     for c in candidates:
         # e_p: orthonormal rows, so ||e_p(x)||^2 = ||x - mean||^2 - ||M x||^2 (eq. 25)
         ep.append(float(np.mean(total_e - (Pe[:, :c].astype(np.float64) ** 2).sum(1))))
-        R = _random_rotation(c, rng)
+        R = random_rotation(c, rng).astype(np.float32)
         zl, ze = Pl[:, :c] @ R, Pe[:, :c] @ R
         pq = ProductQuantizer(M, nbits, n_iter=n_iter, random_state=rng).fit(zl)
         rec = pq.decode(pq.encode(ze))

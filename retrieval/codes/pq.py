@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from retrieval.codes._kmeans import assign, kmeans
 from retrieval.codes.scan import lut_scan_topk
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.kmeans import kmeans
+from retrieval.core.nearest import nearest_centers
 from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["ProductQuantizer"]
@@ -139,7 +140,7 @@ class ProductQuantizer(PersistableMixin):
         codes = np.empty((X.shape[0], self.M), dtype=self.code_dtype)
         s = self.dsub_
         for m in range(self.M):
-            codes[:, m], _ = assign(np.ascontiguousarray(X[:, m * s:(m + 1) * s]), self.codebooks_[m])
+            codes[:, m], _ = nearest_centers(np.ascontiguousarray(X[:, m * s:(m + 1) * s]), self.codebooks_[m])
         return codes
 
     def _check_codes(self, codes, name="codes"):

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval._version import __version__
+
 ESTIMATOR_FORMAT = "retrieval-estimator"
 ESTIMATOR_FORMAT_VERSION = 1
 
@@ -116,7 +118,6 @@ LEGACY_MODULES = {
         "rmmh", "binary")},
     **{f"retrieval.indexing.{m}": f"retrieval.search.{m}" for m in (
         "ivfadc", "kernel_search", "kernel_exact", "invfile", "dissimilarities")},
-    "retrieval.features.pca": "retrieval.features.pca",
 }
 
 
@@ -144,8 +145,6 @@ class PersistableMixin:
 
     def save(self, path) -> Path:
         """Save to ``path`` (``.npz`` appended when missing) atomically; return the path written."""
-        from retrieval import __version__
-
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")

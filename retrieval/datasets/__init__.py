@@ -5,7 +5,12 @@ exactly what is missing; each returns a :class:`~retrieval.datasets.base.Retriev
 """
 
 from retrieval.datasets.base import Query, RetrievalDataset
+from retrieval.datasets.copydays import load_copydays
+from retrieval.datasets.holidays import load_holidays
 from retrieval.datasets.manifest import check_files, load_manifest, manifest_names
+from retrieval.datasets.oxford import load_oxford
+from retrieval.datasets.revisited import load_revisited
+from retrieval.datasets.ukb import load_ukb
 
 DATASETS = ("holidays", "holidays_rotated", "oxford5k", "paris6k", "oxford105k", "paris106k", "roxford5k",
             "rparis6k", "roxford5k+r1m", "rparis6k+r1m", "ukb", "copydays")
@@ -13,12 +18,6 @@ DATASETS = ("holidays", "holidays_rotated", "oxford5k", "paris6k", "oxford105k",
 
 def load_dataset(name: str, root, *, distractors_root=None) -> RetrievalDataset:
     """Load a benchmark by name (see ``DATASETS``); ``distractors_root`` for the 105k / +R1M / Copydays variants."""
-    from retrieval.datasets.copydays import load_copydays
-    from retrieval.datasets.holidays import load_holidays
-    from retrieval.datasets.oxford import load_oxford
-    from retrieval.datasets.revisited import load_revisited
-    from retrieval.datasets.ukb import load_ukb
-
     if name in ("holidays", "holidays_rotated"):
         return load_holidays(root, rotated=name == "holidays_rotated")
     if name in ("oxford5k", "paris6k"):

@@ -23,85 +23,35 @@ from __future__ import annotations
 import json
 import logging
 import numbers
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.engine.hits import Hit
+from retrieval.features.frames import parse_box, select_in_box
+from retrieval.features.rootsift import root_sift
+from retrieval.rerank.boxes import project_box
 from retrieval.rerank.spatial import distinct_inliers
+from retrieval.rerank.verification import verify_affine
 from retrieval.search import dissimilarities as dis
 from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ObjectHit", "ObjectSearcher", "project_box"]
+__all__ = ["ObjectSearcher"]
 
 FORMAT = "retrieval-object-searcher"
 FORMAT_VERSION = 1
 RERANK = ("none", "exact", "spatial")
 
 
-@dataclass(frozen=True)
-class ObjectHit:
-    """One result: database id, score (dissimilarity; smaller is better), inliers (spatial verification, 0 if
-    not verified), box ``(x1, y1, x2, y2)`` in the database image's original pixels (None if not verified)."""
-
-    id: int
-    score: float
-    inliers: int = 0
-    box: tuple | None = None
-
-
-def project_box(box, transform, image_size=None):
-    """Project a box through a 2x3 affine or 3x3 homography; bounding box of the 4 projected corners.
-
-    Parameters
-    ----------
-    box : (x1, y1, x2, y2)
-    transform : ndarray of shape (2, 3) or (3, 3), mapping query pixels to database pixels
-    image_size : (w, h) or None -- clip to ``[0, w-1] x [0, h-1]``
-
-    Returns
-    -------
-    tuple of 4 floats, or None if the projection is degenerate
-    """
-    x1, y1, x2, y2 = (float(v) for v in box)
-    T = np.asarray(transform, dtype=np.float64)
-    if T.shape == (2, 3):
-        T = np.vstack([T, [0.0, 0.0, 1.0]])
-    if T.shape != (3, 3):
-        raise ValueError(f"transform must have shape (2, 3) or (3, 3); got {T.shape}.")
-    pts = np.array([[x1, y1, 1], [x2, y1, 1], [x2, y2, 1], [x1, y2, 1]], dtype=np.float64) @ T.T
-    if np.any(np.abs(pts[:, 2]) < 1e-12):
-        return None
-    xy = pts[:, :2] / pts[:, 2:3]
-    lo, hi = xy.min(axis=0), xy.max(axis=0)
-    if image_size is not None:
-        w, h = image_size
-        lo = np.minimum(np.maximum(lo, 0.0), [w - 1, h - 1])
-        hi = np.minimum(np.maximum(hi, 0.0), [w - 1, h - 1])
-    if not np.all(np.isfinite(np.concatenate([lo, hi]))):
-        return None
-    return (float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1]))
-
-
-def box_iou(a, b) -> float:
-    """Intersection over union of two boxes ``(x1, y1, x2, y2)`` (continuous coordinates)."""
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    ua = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return float(inter / ua) if ua > 0 else 0.0
-
-
 def _descriptors(features, rootsift):
     d = np.asarray(features.descriptors)
     if d.dtype == np.uint8 and rootsift:
-        from retrieval.features import root_sift
-
         return np.ascontiguousarray(root_sift(d), dtype=np.float32)
     return np.ascontiguousarray(d, dtype=np.float32)
 
@@ -239,8 +189,6 @@ class ObjectSearcher:
 
     def _verify(self, q_frames, q_words, i, get_features):
         """Spatial verification of database image i: (inliers, transform or None)."""
-        from retrieval.rerank.verification import verify_affine
-
         words, _, frames, _ = self._fwd[int(i)]
         if get_features is not None:
             frames = np.asarray(get_features(int(i)).frames, np.float32)
@@ -254,7 +202,7 @@ class ObjectSearcher:
 
     def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
                rerank: str = "spatial", get_features=None, query_expansion: bool = False,
-               exclude=None) -> list[ObjectHit]:
+               exclude=None) -> list[Hit]:
         """Search the object in ``bbox`` (x1, y1, x2, y2, original pixels; None = whole image).
 
         Parameters
@@ -271,7 +219,10 @@ class ObjectSearcher:
 
         Returns
         -------
-        list of :class:`ObjectHit`, best first (verified images by decreasing inliers, then by score)
+        list of :class:`retrieval.engine.hits.Hit`, best first (verified images by decreasing inliers, then by
+        score). ``score`` is the dissimilarity (smaller is better); ``inliers`` is set (0 below ``min_inliers``)
+        only with ``rerank="spatial"``, ``box`` only for verified images (None when the projected box falls
+        outside the database image).
         """
         check_is_fitted(self, ["vocabulary_"])
         check_scalar(k, "k", "ObjectSearcher.search", low=1)
@@ -280,8 +231,6 @@ class ObjectSearcher:
         check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
         if query_expansion and rerank != "spatial":
             raise ValueError("query_expansion needs rerank='spatial' (it averages verified results).")
-        from retrieval.features import parse_box, select_in_box
-
         if bbox is not None:
             box = parse_box(bbox)
             mask = select_in_box(query_features, box)
@@ -324,12 +273,12 @@ class ObjectSearcher:
         ids = inv.ids_[top]
         sc = scores[top]
         if rerank == "none":
-            return [ObjectHit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
+            return [Hit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
         sc = self._exact(qw, qtf, ids, method, weight)
         order = np.lexsort((np.arange(len(ids)), sc))
         ids, sc = ids[order], sc[order]
         if rerank == "exact":
-            return [ObjectHit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
+            return [Hit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
         inl = np.zeros(len(ids), dtype=np.int64)
         boxes = [None] * len(ids)
         for n, i in enumerate(ids):
@@ -338,15 +287,13 @@ class ObjectSearcher:
                 inl[n] = n_in
                 boxes[n] = project_box(box, T, self._fwd[int(i)][3])
         order = np.lexsort((np.arange(len(ids)), sc, -inl))
-        hits = [ObjectHit(int(ids[n]), float(sc[n]), int(inl[n]), boxes[n]) for n in order]
+        hits = [Hit(int(ids[n]), float(sc[n]), int(inl[n]), boxes[n]) for n in order]
         verified = [h for h in hits if h.inliers >= self.min_inliers and h.box is not None]
         return hits[:k], verified
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder) -> Path:
         """Folder: ``header.json``, ``vocabulary.npz``, ``invfile/``, forward arrays (``fwd_*.npy``)."""
-        from retrieval import __version__
-
         check_is_fitted(self, ["vocabulary_"])
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """The papers' settings as presets (``retrieval/data/presets/paper-*.json``) and the figures they report.
 
 Regenerate the files with ``python -m retrieval.engine.paper_presets``. One preset per table row; the swept
-parameter of the row is set at run time with ``retrieval eval run ... --set KEY=VALUE`` (strict: the key must exist
-in the preset), e.g. ``--set projection.n_components=512`` (D' of Jegou et al. 2012, Table I), ``--set projection=null``
+parameter of the row is set at run time with ``retrieval eval run ... --set KEY=VALUE`` (strict: an unknown key is
+refused, naming the closest valid one), e.g. ``--set projection.n_components=512`` (D' of Jegou et al. 2012, Table I), ``--set projection=null``
 (D' = D), ``--set index.bits=64`` and ``--set search.method=lower_bound`` (Gordo et al. 2014, Fig. 9),
 ``--set search.method=delta2`` (Zhu et al. 2013).
 
@@ -65,9 +65,9 @@ TABLE_6 = {"best l_p": [73.88, 54.47], "best delta_p": [78.14, 61.05], "Best_1":
            "Best_2": [89.1, 77.2]}
 
 
-def _global(name, description, agg, k, *, projection=128, index=None, paper=None, requires=()):
+def _global(name, description, agg, k, *, projection=128, index=None, paper=None, requires=(), version=1):
     return {
-        "name": name, "version": 1, "kind": "global", "description": description,
+        "name": name, "version": version, "kind": "global", "description": description,
         "requires": ["retrieval.features:FeatureExtractor", "retrieval.features:root_sift",
                      "retrieval.features.pca:LocalPCA", *requires],
         "features": dict(FEATURES),
@@ -134,6 +134,9 @@ def build() -> dict:
                           "eq. 30-33) via --set search.method=...; bits via --set index.bits=32..512.",
                     "fisher", 64, projection=None, requires=["retrieval.aggregation:FisherVector",
                                                              f"retrieval.codes.binary:{emb}"],
+                    # version 2: PCAE-RR / PCAE-ITQ draw their random rotation with the shared QR rule
+                    # (retrieval.core.pca.random_rotation), so a seed gives other codes than version 1
+                    version=2 if emb in ("PCAERR", "PCAEITQ") else 1,
                     paper={"seed": "000", "figure": "9", "row": emb, "dataset": "holidays",
                            "figures": ({"text": "SH at 128 bits: asymmetric +8 points mAP (+21 % relative) over "
                                                 "Hamming"} if emb == "SH" else {}),
@@ -183,10 +186,14 @@ def main(argv=None) -> int:
 def apply_overrides(preset: dict, assignments) -> dict:
     """A copy of ``preset`` with ``KEY=VALUE`` assignments applied (``a.b.c`` paths, JSON values).
 
-    Strict: every key of the path must already exist (a typo is an error, never a new key), except that a
-    ``null`` section may be replaced by an object. Values are parsed as JSON, else taken as strings.
-    The result records the assignments under ``"overrides"``.
+    Strict: the result is parsed by :meth:`retrieval.engine.config.Preset.from_dict`, so an unknown or misspelled
+    key is an error naming the closest valid one, and an out-of-range value is refused. A declared key the preset
+    does not set (its default applies) may be set; a ``null`` section may be replaced by an object but not set
+    key by key; inside free-form objects (``paper``, ``object_search.vocabulary_params``) the key must exist.
+    Values are parsed as JSON, else taken as strings. The result records the assignments under ``"overrides"``.
     """
+    from retrieval.engine.config import SECTIONS, TOP_KEYS, Preset
+
     out = copy.deepcopy(preset)
     applied = []
     for item in assignments or ():
@@ -200,6 +207,8 @@ def apply_overrides(preset: dict, assignments) -> dict:
         parts = key.split(".")
         node = out
         for depth, part in enumerate(parts[:-1]):
+            if depth == 0 and part not in node and (part in SECTIONS or part not in TOP_KEYS):
+                node[part] = {}  # a section left to its defaults (or a typo, named by Preset.from_dict)
             if not isinstance(node, dict) or part not in node:
                 raise ValueError(f"--set {key}: preset {preset.get('name')!r} has no key "
                                  f"{'.'.join(parts[:depth + 1])!r}.")
@@ -207,9 +216,14 @@ def apply_overrides(preset: dict, assignments) -> dict:
                 raise ValueError(f"--set {key}: {'.'.join(parts[:depth + 1])!r} is null in preset "
                                  f"{preset.get('name')!r}; set the whole section instead.")
             node = node[part]
-        if not isinstance(node, dict) or parts[-1] not in node:
+        typed = len(parts) == 1 or len(parts) == 2 and (parts[0] in SECTIONS or parts[0] not in TOP_KEYS)
+        if not isinstance(node, dict) or (parts[-1] not in node and not typed):
             raise ValueError(f"--set {key}: preset {preset.get('name')!r} has no key {key!r}.")
         node[parts[-1]] = value
+        try:
+            Preset.from_dict(out)
+        except ValueError as exc:
+            raise ValueError(f"--set {item}: {exc}") from None
         applied.append(f"{key}={json.dumps(value)}")
     if applied:
         out["overrides"] = list(out.get("overrides", [])) + applied

@@ -9,6 +9,11 @@ A preset (format documented in docs/user-guide.md and docs/formats.md) is a JSON
 - per-stage settings: ``features`` (the :class:`retrieval.features.FeatureExtractor` parameters), ``local_pca``,
   ``aggregation``, ``projection``, ``index``, ``object_search``, ``training``, ``search``.
 
+Every key, its default and its range are declared once in :mod:`retrieval.engine.config`; :func:`load_preset`
+parses strictly (an unknown key is an error naming the closest valid one) but returns the dict as given, so that
+:func:`preset_digest` and the index folder see exactly the preset's own keys. Code reads the typed view,
+:func:`preset_config` (``preset_config(p).index.nprobe``), never ``p.get(key, default)``.
+
 An index stores the full preset it was built with; opening it with a library whose preset of the same name has
 another ``version`` is refused (see :meth:`retrieval.app.index.Index.open`).
 """
@@ -23,10 +28,9 @@ import logging
 from importlib import resources
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from retrieval.engine.config import KINDS, Preset, PresetError  # noqa: F401  (KINDS, PresetError: re-exported)
 
-KINDS = ("global", "binary", "object")
-_REQUIRED_KEYS = ("name", "version", "kind", "description")
+logger = logging.getLogger(__name__)
 
 
 class PresetUnavailableError(ValueError):
@@ -39,17 +43,14 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
-def _validate(preset: dict, where: str) -> dict:
-    if not isinstance(preset, dict):
-        raise ValueError(f"preset {where}: expected a JSON object; got {type(preset).__name__}.")
-    missing = [k for k in _REQUIRED_KEYS if k not in preset]
-    if missing:
-        raise ValueError(f"preset {where}: missing key(s) {', '.join(missing)}.")
-    if preset["kind"] not in KINDS:
-        raise ValueError(f"preset {where}: 'kind' must be one of {', '.join(KINDS)}; got {preset['kind']!r}.")
-    if not isinstance(preset["version"], int) or isinstance(preset["version"], bool):
-        raise ValueError(f"preset {where}: 'version' must be an int; got {preset['version']!r}.")
+def _validate(preset, where: str) -> dict:
+    Preset.from_dict(preset, where)
     return preset
+
+
+def preset_config(preset) -> Preset:
+    """The typed, strictly checked view of a preset dict (:class:`retrieval.engine.config.Preset`)."""
+    return preset if isinstance(preset, Preset) else Preset.from_dict(preset)
 
 
 def load_preset(preset) -> dict:
@@ -84,7 +85,7 @@ def preset_digest(preset: dict) -> str:
 def missing_pieces(preset: dict) -> list[str]:
     """The ``requires`` entries of ``preset`` that cannot be imported, as ``"module:attribute (reason)"``."""
     missing = []
-    for spec in preset.get("requires", []):
+    for spec in preset_config(preset).requires:
         module_name, _, attr = spec.partition(":")
         try:
             module = importlib.import_module(module_name)
@@ -135,5 +136,34 @@ def record_reduction(effective: dict, preset_name: str, param: str, preset_value
 def vocabulary_cap(preset: dict, n_descriptors: int) -> int:
     """Largest vocabulary learnt from ``n_descriptors`` training descriptors: ``n // training.min_descriptors_per_word``
     (default 10 descriptors per word; at least 1)."""
-    per_word = int(preset.get("training", {}).get("min_descriptors_per_word", 10))
-    return max(1, n_descriptors // max(1, per_word))
+    return max(1, n_descriptors // preset_config(preset).training.min_descriptors_per_word)
+
+
+def effective_preset(preset) -> dict:
+    """The effective configuration of ``preset`` (name, file or dict): every key, defaults filled in."""
+    return preset_config(load_preset(preset)).to_dict(full=True)
+
+
+def format_preset(preset) -> str:
+    """Readable text of the effective configuration of ``preset``; keys the preset leaves to their default are
+    marked ``(default)``."""
+    cfg = preset_config(load_preset(preset))
+    full, given = cfg.to_dict(full=True), cfg.to_dict()
+    lines = [f"{cfg.name}  version {cfg.version}  kind {cfg.kind}", f"  {cfg.description}"]
+    if cfg.requires:
+        lines.append(f"requires: {', '.join(cfg.requires)}")
+    from retrieval.engine.config import KIND_SECTIONS
+
+    for name in KIND_SECTIONS[cfg.kind]:
+        section = full[name]
+        if section is None:
+            lines.append(f"{name}: null (stage skipped){'' if name in given else '  (default)'}")
+            continue
+        lines.append(f"{name}:")
+        own = given.get(name) or {}
+        for key, value in section.items():
+            mark = "" if key in own else "  (default)"
+            lines.append(f"  {key:26s} {json.dumps(value)}{mark}")
+    if cfg.overrides:
+        lines.append(f"overrides: {', '.join(cfg.overrides)}")
+    return "\n".join(lines)

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from retrieval.core.persistence import atomic_write
 from retrieval.evaluation.ap import ap_from_ranks
 
 logger = logging.getLogger(__name__)
@@ -170,8 +171,6 @@ def score_holidays(results, gt: HolidaysGroundTruth) -> HolidaysScore:
 
 def write_holidays_results(path, rankings: dict) -> None:
     """Write ``{query: [name, ...]}`` (best first) in the ``holidays_map.py`` format, atomically."""
-    from retrieval.core.persistence import atomic_write
-
     with atomic_write(path, "w") as fh:
         for q, names in rankings.items():
             fh.write(" ".join([q] + [f"{i} {n}" for i, n in enumerate(names)]) + "\n")

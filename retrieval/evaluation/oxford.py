@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.core.persistence import atomic_write
 from retrieval.evaluation.ap import check_ranked_list
 
 
@@ -191,8 +192,6 @@ def read_results_folder(folder, gt: dict) -> dict:
 
 def write_results_folder(folder, rankings: dict) -> None:
     """Write ``{query: [names]}`` as ``<query>.txt`` files (one name per line), each atomically."""
-    from retrieval.core.persistence import atomic_write
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for q, names in rankings.items():

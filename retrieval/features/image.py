@@ -26,6 +26,11 @@ from retrieval.core.checks import check_scalar
 
 logger = logging.getLogger(__name__)
 
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm")
+"""File extensions (lower case) of the images :func:`load_image` reads: JPEG, PNG, TIFF, WebP, BMP and the Netpbm
+PPM / PGM formats, all decoded by Pillow. Every folder walk of the library and the CLI picks files by these
+(compare ``path.suffix.lower()``)."""
+
 DEFAULT_MAX_SIDE = 1024
 DEFAULT_MAX_MEGAPIXELS = 150.0
 DEFAULT_MIN_SIDE = 16
@@ -148,8 +153,8 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     Parameters
     ----------
     path : str or Path
-        JPEG, PNG, TIFF, WebP, BMP (anything Pillow reads) in modes L, RGB, RGBA, P (+transparency), CMYK,
-        I;16 / I (16-bit), F, 1.
+        JPEG, PNG, TIFF, WebP, BMP, PPM / PGM (:data:`IMAGE_EXTENSIONS`; anything else Pillow reads is accepted
+        too) in modes L, RGB, RGBA, P (+transparency), CMYK, I;16 / I (16-bit), F, 1.
     max_side : int or None
         The working image's larger side is at most this (area-averaging downscale); None keeps full size.
     max_megapixels : float

@@ -7,6 +7,8 @@ import os
 from collections.abc import Iterator
 
 from retrieval.core.checks import check_scalar
+from retrieval.features.image import ImageReadError
+from retrieval.features.store import file_hash
 from retrieval.features.types import LocalFeatures
 
 logger = logging.getLogger(__name__)
@@ -62,15 +64,11 @@ def extract_many(paths, extractor, workers: int | None = None, progress=None, st
     todo = list(range(total))
     hashes: dict[int, str] = {}
     if store is not None:
-        from retrieval.features.store import file_hash
-
         todo = []
         for i, p in enumerate(paths):
             try:
                 hashes[i] = file_hash(p)
             except OSError as exc:
-                from retrieval.features.image import ImageReadError
-
                 results[i] = ImageReadError(p, f"file not found or unreadable ({exc.strerror or exc})")
                 continue
             got = store.get(hashes[i], extractor.config_key)

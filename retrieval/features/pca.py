@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from retrieval.core.checks import check_array, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.pca import fit_pca, whitening_scale
 from retrieval.core.persistence import PersistableMixin
 
 
@@ -16,7 +17,8 @@ class LocalPCA(PersistableMixin):
     Jegou et al. 2012, III-D: "the eigenvectors associated with the most energetic eigenvalues of the empirical vector
     covariance matrix are used to define a matrix M mapping a vector x in R^128 to x' = M x" (the mean is removed
     first, as every PCA does); d = 64 is the paper's choice. Optional whitening divides component ``i`` by
-    ``sqrt(lambda_i + eps)``.
+    ``sqrt(lambda_i + eps * lambda_1)`` (the whitening rule of :mod:`retrieval.core.pca`, shared by every PCA of the
+    library).
 
     Parameters
     ----------
@@ -25,7 +27,7 @@ class LocalPCA(PersistableMixin):
     max_samples : int or None, default 1_000_000
         ``fit`` uses a uniform random sample of at most this many rows (None = all).
     eps : float, default 1e-9
-        Regulariser of the whitening.
+        Regulariser of the whitening, relative to the largest eigenvalue ``lambda_1``.
     random_state : None, int or Generator
         Draws the sample.
 
@@ -56,7 +58,7 @@ class LocalPCA(PersistableMixin):
         check_scalar(self.eps, "eps", owner, kind=numbers.Real, low=0.0)
         if self.max_samples is not None:
             check_scalar(self.max_samples, "max_samples", owner, low=2)
-        X = check_array(X, "X", dtype=np.float64, min_rows=2)
+        X = check_array(X, "X", dtype=None, min_rows=2)
         n, d = X.shape
         if self.n_components > d:
             raise ValueError(f"The 'n_components' parameter of {owner} must be <= the dimension d = {d}. "
@@ -64,20 +66,12 @@ class LocalPCA(PersistableMixin):
         if self.max_samples is not None and n > self.max_samples:
             rng = check_random_state(self.random_state)
             X = X[np.sort(rng.choice(n, self.max_samples, replace=False))]
-        mean = X.mean(axis=0)
-        Xc = X - mean
-        cov = (Xc.T @ Xc) / max(len(X) - 1, 1)
-        w, V = np.linalg.eigh(cov)
-        order = np.argsort(w)[::-1]
-        w, V = np.clip(w[order], 0.0, None), V[:, order]
-        comps = V[:, : self.n_components].T
-        signs = np.sign(comps[np.arange(len(comps)), np.argmax(np.abs(comps), axis=1)])
-        comps = comps * np.where(signs == 0, 1.0, signs)[:, None]
-        self.mean_ = mean.astype(np.float32)
-        self.components_ = comps.astype(np.float32)
-        self.explained_variance_ = w[: self.n_components].astype(np.float32)
-        total = w.sum()
-        self.explained_variance_ratio_ = (w[: self.n_components] / (total if total > 0 else 1.0)).astype(np.float32)
+        basis = fit_pca(X, self.n_components, solver="full")
+        self.mean_ = basis.mean.astype(np.float32)
+        self.components_ = basis.components.astype(np.float32)
+        self.explained_variance_ = basis.variances.astype(np.float32)
+        total = basis.total_variance
+        self.explained_variance_ratio_ = (basis.variances / (total if total > 0 else 1.0)).astype(np.float32)
         self.n_features_in_ = int(d)
         self.n_samples_seen_ = int(len(X))
         return self
@@ -97,7 +91,7 @@ class LocalPCA(PersistableMixin):
         X = check_array(X, "X", dtype=np.float32, n_features=self.n_features_in_)
         Y = (X - self.mean_) @ self.components_.T
         if self.whiten:
-            Y = Y / np.sqrt(self.explained_variance_ + np.float32(self.eps))
+            Y = Y * whitening_scale(self.explained_variance_, self.eps).astype(np.float32)
         return Y.astype(np.float32)
 
     def fit_transform(self, X, y=None) -> np.ndarray:
@@ -108,5 +102,6 @@ class LocalPCA(PersistableMixin):
         check_is_fitted(self, "components_")
         Y = check_array(Y, "Y", dtype=np.float32, n_features=len(self.components_))
         if self.whiten:
-            Y = Y * np.sqrt(self.explained_variance_ + np.float32(self.eps))
+            scale = whitening_scale(self.explained_variance_, self.eps)
+            Y = Y / np.where(scale > 0, scale, np.inf).astype(np.float32)
         return (Y @ self.components_ + self.mean_).astype(np.float32)

@@ -1,13 +1,17 @@
 """Shortlist -> verified: tentative matches (one ratio test), geometric verification (affine / homography),
-spatial re-ranking of a shortlist, and box projection."""
+spatial re-ranking of a shortlist, and boxes (clipping, projection, IoU)."""
 
+from retrieval.rerank.boxes import box_iou, clip_box, project_box
 from retrieval.rerank.matching import (
     MatchResult,
     find_homography,
     match_descriptors,
     match_features,
     match_images,
+    tentative_matches,
 )
+from retrieval.rerank.spatial import spatial_rerank
 from retrieval.rerank.verification import verify_affine
 
-__all__ = ["MatchResult", "find_homography", "match_descriptors", "match_features", "match_images", "verify_affine"]
+__all__ = ["MatchResult", "box_iou", "clip_box", "find_homography", "match_descriptors", "match_features",
+           "match_images", "project_box", "spatial_rerank", "tentative_matches", "verify_affine"]

@@ -8,6 +8,7 @@ import numpy as np
 
 from retrieval.core.persistence import atomic_write
 from retrieval.features.image import load_image
+from retrieval.rerank.matching import apply_homography
 
 
 def draw_matches(path_a, path_b, xy_a, xy_b, *, homography=None, out=None, max_side: int = 1024,
@@ -33,8 +34,6 @@ def draw_matches(path_a, path_b, xy_a, xy_b, *, homography=None, out=None, max_s
     ndarray of shape (h, w, 3), dtype uint8 (BGR)
     """
     import cv2
-
-    from retrieval.rerank.matching import apply_homography
 
     ia, ib = load_image(path_a, max_side=max_side), load_image(path_b, max_side=max_side)
     ha, wa = ia.pixels.shape

@@ -1,8 +1,9 @@
 """Tentative matches between two sets of local descriptors and robust homography estimation.
 
-Tentative matches: nearest neighbours in RootSIFT space (Arandjelovic & Zisserman 2012) filtered by Lowe's ratio
-test (Lowe 2004, section 7.1: distance to the nearest over distance to the second nearest < ``ratio``) and/or
-mutual nearest neighbours. Homography: OpenCV's USAC framework (MAGSAC++ by default; Barath et al. 2020).
+Tentative matches (:func:`tentative_matches`, the one ratio test of the library, also used by spatial re-ranking):
+nearest neighbours filtered by Lowe's ratio test (Lowe 2004, section 7.1: distance to the nearest over distance to
+the second nearest < ``ratio``) and/or mutual nearest neighbours; :func:`match_descriptors` runs it in RootSIFT
+space (Arandjelovic & Zisserman 2012). Homography: OpenCV's USAC framework (MAGSAC++ by default; Barath et al. 2020).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.core.checks import check_choice, check_scalar
+from retrieval.features.extractor import FeatureExtractor
 from retrieval.features.rootsift import root_sift
 
 _BLOCK = 2048
@@ -29,6 +31,10 @@ def _prepare(desc, rootsift: bool) -> np.ndarray:
 
 def nearest_two(qa: np.ndarray, db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The two nearest rows of ``db`` for every row of ``qa`` (squared Euclidean distance, exact, blockwise).
+
+    One matrix product per block gives ``|b|^2 - 2 q.b``; the arg-min of a row is the nearest row (``|q|^2`` is
+    constant per row and is added to the two kept values only), the second pass with the first one masked gives
+    the second nearest. Ties go to the lowest index of ``db``.
 
     Parameters
     ----------
@@ -48,28 +54,84 @@ def nearest_two(qa: np.ndarray, db: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     db_sq = np.einsum("ij,ij->i", db, db)
     for s in range(0, n, _BLOCK):
         q = qa[s:s + _BLOCK]
-        d2 = db_sq[None, :] - 2.0 * (q @ db.T) + np.einsum("ij,ij->i", q, q)[:, None]
-        np.maximum(d2, 0.0, out=d2)
+        rows = np.arange(len(q))
+        q_sq = np.einsum("ij,ij->i", q, q)
+        D = q @ db.T
+        D *= -2.0
+        D += db_sq[None, :]
+        j1 = np.argmin(D, axis=1)
+        idx[s:s + len(q), 0] = j1
+        dist[s:s + len(q), 0] = np.maximum(D[rows, j1] + q_sq, 0.0)
         if m >= 2:
-            part = np.argpartition(d2, 1, axis=1)[:, :2]
-            pd = np.take_along_axis(d2, part, axis=1)
-            order = np.argsort(pd, axis=1, kind="stable")
-            idx[s:s + _BLOCK] = np.take_along_axis(part, order, axis=1)
-            dist[s:s + _BLOCK] = np.take_along_axis(pd, order, axis=1)
-        else:
-            idx[s:s + _BLOCK, 0] = 0
-            dist[s:s + _BLOCK, 0] = d2[:, 0]
+            D[rows, j1] = np.inf
+            j2 = np.argmin(D, axis=1)
+            idx[s:s + len(q), 1] = j2
+            dist[s:s + len(q), 1] = np.maximum(D[rows, j2] + q_sq, 0.0)
     return dist, idx
+
+
+def tentative_matches(desc_a, desc_b, *, ratio: float | None = 0.8, mutual: bool = False,
+                      return_ratios: bool = False):
+    """Tentative matches from A to B: the ratio test of the library (Lowe 2004, section 7.1), on descriptors
+    already in the space where they are compared (RootSIFT, RootSIFT + local PCA, ...).
+
+    Each row ``a`` of A is paired with its nearest row ``b1`` of B (exact squared Euclidean distances, ties to
+    the lowest index of B). The pair is kept when ``d(a, b1)^2 < ratio^2 d(a, b2)^2``, ``b2`` the second nearest
+    (``ratio=None`` skips this test), i.e. ``||a - b1|| < ratio ||a - b2||`` with a strict inequality: a pair
+    whose two nearest distances are both 0 (duplicate descriptors) is rejected, a pair with no second neighbour
+    (B has one row) is kept. With ``mutual``, ``a`` must also be the nearest row of A to ``b1``.
+
+    Parameters
+    ----------
+    desc_a : ndarray of shape (n_a, d), float (converted to float32)
+    desc_b : ndarray of shape (n_b, d), float (converted to float32)
+    ratio : float in (0, 1] or None
+    mutual : bool
+    return_ratios : bool
+        Also return ``||a - b1|| / ||a - b2||`` for each kept match (lower = more distinctive; 0 without a
+        second neighbour, 1 when both distances are 0).
+
+    Returns
+    -------
+    matches : ndarray of shape (m, 2), int64
+        ``(index in A, index in B)``, sorted by index in A.
+    ratios : ndarray of shape (m,), float32 (only when ``return_ratios``)
+    """
+    if ratio is not None:
+        check_scalar(ratio, "ratio", "tentative_matches", kind=numbers.Real, low=0.0, high=1.0, closed="right")
+    if ratio is None and not mutual:
+        raise ValueError("tentative matches need a ratio test (ratio) and/or mutual=True; got neither.")
+    a = np.ascontiguousarray(desc_a, dtype=np.float32)
+    b = np.ascontiguousarray(desc_b, dtype=np.float32)
+    for name, x in (("desc_a", a), ("desc_b", b)):
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be a 2-d array (n, d); got shape {x.shape}.")
+    if len(a) and len(b) and a.shape[1] != b.shape[1]:
+        raise ValueError(f"descriptors of A and B differ in dimension: {a.shape[1]} vs {b.shape[1]}.")
+    dist, idx = nearest_two(a, b)
+    d1, d2 = dist[:, 0].astype(np.float64), dist[:, 1].astype(np.float64)
+    keep = idx[:, 0] >= 0
+    if ratio is not None:
+        keep &= d1 < (float(ratio) ** 2) * d2
+    if mutual and len(a) and len(b):
+        _, back = nearest_two(b, a)
+        keep &= back[np.maximum(idx[:, 0], 0), 0] == np.arange(len(a))
+    ia = np.flatnonzero(keep)
+    matches = np.stack([ia, idx[ia, 0]], axis=1).astype(np.int64).reshape(-1, 2)
+    if not return_ratios:
+        return matches
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sqrt(d1[ia] / d2[ia])
+    r = np.where(d2[ia] == 0.0, 1.0, np.where(np.isinf(d2[ia]), 0.0, r))
+    return matches, r.astype(np.float32)
 
 
 def match_descriptors(desc_a, desc_b, *, ratio: float | None = 0.8, mutual: bool = False,
                       rootsift: bool = True, return_ratios: bool = False):
-    """Tentative matches from A to B.
+    """Tentative matches from A to B on RootSIFT: both sets turned into RootSIFT, then :func:`tentative_matches`.
 
-    Each descriptor of A is paired with its nearest neighbour in B; it is kept when
-    ``||a - b1|| < ratio * ||a - b2||`` (Lowe's ratio test, ``ratio=None`` disables it) and, when ``mutual``,
-    when ``a`` is also the nearest neighbour of ``b1`` in A. Distances are Euclidean on RootSIFT when
-    ``rootsift`` (uint8 SIFT input), on the raw descriptors otherwise.
+    Distances are Euclidean on RootSIFT when ``rootsift`` (uint8 SIFT input), on the raw descriptors otherwise;
+    the ratio test and the mutual check are those of :func:`tentative_matches`.
 
     Parameters
     ----------
@@ -79,7 +141,6 @@ def match_descriptors(desc_a, desc_b, *, ratio: float | None = 0.8, mutual: bool
     mutual : bool
     rootsift : bool
     return_ratios : bool
-        Also return the distance ratio of each kept match (lower = more distinctive).
 
     Returns
     -------
@@ -87,28 +148,8 @@ def match_descriptors(desc_a, desc_b, *, ratio: float | None = 0.8, mutual: bool
         ``(index in A, index in B)``, sorted by index in A.
     ratios : ndarray of shape (m,), float32 (only when ``return_ratios``)
     """
-    if ratio is not None:
-        check_scalar(ratio, "ratio", "match_descriptors", kind=numbers.Real, low=0.0, high=1.0, closed="right")
-    if ratio is None and not mutual:
-        raise ValueError("match_descriptors needs a ratio test (ratio) and/or mutual=True; got neither.")
-    a, b = _prepare(desc_a, rootsift), _prepare(desc_b, rootsift)
-    if len(a) and len(b) and a.shape[1] != b.shape[1]:
-        raise ValueError(f"descriptors of A and B differ in dimension: {a.shape[1]} vs {b.shape[1]}.")
-    dist, idx = nearest_two(a, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.sqrt(dist[:, 0]) / np.sqrt(dist[:, 1])
-    r = np.where(np.isfinite(r), r, 0.0).astype(np.float32)
-    keep = idx[:, 0] >= 0
-    if ratio is not None:
-        keep &= r < ratio
-    if mutual and len(a) and len(b):
-        _, back = nearest_two(b, a)
-        keep &= back[np.maximum(idx[:, 0], 0), 0] == np.arange(len(a))
-    ia = np.flatnonzero(keep)
-    matches = np.stack([ia, idx[ia, 0]], axis=1).astype(np.int64).reshape(-1, 2)
-    if return_ratios:
-        return matches, r[ia]
-    return matches
+    return tentative_matches(_prepare(desc_a, rootsift), _prepare(desc_b, rootsift), ratio=ratio, mutual=mutual,
+                             return_ratios=return_ratios)
 
 
 _METHODS = {"magsac": "USAC_MAGSAC", "usac_default": "USAC_DEFAULT", "usac_accurate": "USAC_ACCURATE",
@@ -307,8 +348,6 @@ def match_images(path_a, path_b, *, extractor=None, store=None, **params) -> Mat
     **params
         :func:`match_features` parameters (defaults in ``MATCH_DEFAULTS``).
     """
-    from retrieval.features.extractor import FeatureExtractor
-
     if extractor is None:
         extractor = FeatureExtractor(MATCH_DEFAULTS["detector"], max_side=MATCH_DEFAULTS["max_side"])
     kw = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}

@@ -28,12 +28,20 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.persistence import FormatError, fsync_dir, save_npy_atomic, write_json_atomic
+from retrieval._version import __version__
+from retrieval.codes.pq import ProductQuantizer
+from retrieval.core.persistence import (
+    FormatError,
+    _init_params,
+    fsync_dir,
+    save_npy_atomic,
+    write_json_atomic,
+)
 
 IVFADC_FORMAT = "retrieval-ivfadc"
 IVFADC_FORMAT_VERSION = 1
 
-__all__ = ["IVFADC_FORMAT", "IVFADC_FORMAT_VERSION", "save_ivfadc", "load_ivfadc"]
+__all__ = ["IVFADC_FORMAT", "IVFADC_FORMAT_VERSION", "load_ivfadc_parts", "read_header", "save_ivfadc"]
 
 
 def _arrays_of(index) -> dict:
@@ -54,9 +62,6 @@ def _arrays_of(index) -> dict:
 
 def save_ivfadc(index, folder) -> Path:
     """Write a fitted :class:`~retrieval.search.IVFADC` to ``folder`` (compacting removed entries first)."""
-    from retrieval import __version__
-    from retrieval.core.persistence import _init_params
-
     index.compact()
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -112,11 +117,25 @@ def read_header(folder) -> dict:
     return header
 
 
-def load_ivfadc(folder, *, mmap: bool = True):
-    """Open an index folder written by :func:`save_ivfadc`; arrays memory-mapped read-only when ``mmap``."""
-    from retrieval.codes.pq import ProductQuantizer
-    from retrieval.search.ivfadc import IVFADC
+def _quantizer(M, nbits, codebooks, d, **params) -> ProductQuantizer:
+    pq = ProductQuantizer(M, nbits, **params)
+    pq.codebooks_ = np.array(codebooks)
+    pq.d_, pq.ksub_, pq.dsub_ = int(d), pq.codebooks_.shape[1], pq.codebooks_.shape[2]
+    pq.codes_ = np.empty((0, pq.M), dtype=pq.code_dtype)
+    pq._sdc = None
+    return pq
 
+
+def load_ivfadc_parts(folder, *, mmap: bool = True):
+    """Read an index folder written by :func:`save_ivfadc` (used by ``IVFADC.load``, which assembles the index).
+
+    Returns
+    -------
+    header : dict -- the checked ``header.json``
+    arrays : dict of name -> ndarray, memory-mapped read-only when ``mmap``
+    pq : ProductQuantizer -- the residual quantiser
+    refine_pq : ProductQuantizer or None
+    """
     folder = Path(folder)
     header = read_header(folder)
     arrays = {}
@@ -130,35 +149,13 @@ def load_ivfadc(folder, *, mmap: bool = True):
             raise FormatError(f"{path}: array {arr.dtype} {list(arr.shape)} does not match the header "
                               f"({meta['dtype']} {meta['shape']}).")
         arrays[name] = arr
-    p = header["params"]
-    index = IVFADC(**p)
-    index.d_ = int(header["d"])
-    index.centroids_ = np.array(arrays["centroids"])
-    pq = ProductQuantizer(p["M"], p["nbits"], n_iter=p["n_iter"], max_points_per_centroid=p["max_points_per_centroid"])
-    pq.codebooks_ = np.array(arrays["pq_codebooks"])
-    pq.d_, pq.ksub_, pq.dsub_ = index.d_, pq.codebooks_.shape[1], pq.codebooks_.shape[2]
-    pq.codes_ = np.empty((0, pq.M), dtype=pq.code_dtype)
-    pq._sdc = None
-    index.pq_ = pq
-    index.refine_pq_ = None
-    index.refine_codes_ = None
+    p, d = header["params"], int(header["d"])
+    pq = _quantizer(p["M"], p["nbits"], arrays["pq_codebooks"], d, n_iter=p["n_iter"],
+                    max_points_per_centroid=p["max_points_per_centroid"])
+    refine_pq = None
     if "refine_codebooks" in arrays:
-        rpq = ProductQuantizer(p["refine_M"], p["refine_nbits"])
-        rpq.codebooks_ = np.array(arrays["refine_codebooks"])
-        rpq.d_, rpq.ksub_, rpq.dsub_ = index.d_, rpq.codebooks_.shape[1], rpq.codebooks_.shape[2]
-        rpq.codes_ = np.empty((0, rpq.M), dtype=rpq.code_dtype)
-        rpq._sdc = None
-        index.refine_pq_ = rpq
-        index.refine_codes_ = arrays["refine_codes"]
-    index.codes_ = arrays["codes"]
-    index.ids_ = arrays["ids"]
-    index.offsets_ = np.array(arrays["offsets"])
-    index.vectors_ = arrays.get("vectors")
-    index.n_removed_ = 0
-    index.next_id_ = int(header["next_id"])
-    index._term2 = None
-    index._cnorms = None
-    if index.offsets_.shape != (index.nlist + 1,) or index.offsets_[-1] != index.codes_.shape[0]:
-        raise FormatError(f"{folder}: offsets do not match the codes ({index.offsets_.shape}, "
-                          f"{index.codes_.shape}).")
-    return index
+        refine_pq = _quantizer(p["refine_M"], p["refine_nbits"], arrays["refine_codebooks"], d)
+    offsets = arrays["offsets"]
+    if offsets.shape != (p["nlist"] + 1,) or offsets[-1] != arrays["codes"].shape[0]:
+        raise FormatError(f"{folder}: offsets do not match the codes ({offsets.shape}, {arrays['codes'].shape}).")
+    return header, arrays, pq, refine_pq

@@ -27,194 +27,21 @@ import numbers
 from pathlib import Path
 
 import numpy as np
-from numba import njit
+import scipy.sparse as sp
 
+from retrieval._version import __version__
 from retrieval.core.checks import check_choice, check_scalar
 from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.search.postings import filter_postings, histogram_rows, image_norms, merge_postings
+from retrieval.search.postings_scoring import acc_delta2, acc_dot, acc_min, acc_min_normalized, topk_smallest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InvertedFile", "histogram_rows", "METHODS"]
+__all__ = ["InvertedFile", "histogram_rows", "METHODS", "topk_smallest"]
 
 METHODS = ("l1", "l2", "delta1", "delta2")
 FORMAT = "retrieval-invfile"
 FORMAT_VERSION = 1
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# numba kernels
-
-
-@njit(cache=True)
-def _acc_min(indptr, pids, ptf, qwords, qvals, idf, acc):
-    """delta1: acc[j] += min(Q_l, idf_l t_jl); returns the total sum over all postings (eq. 9 denominator)."""
-    total = 0.0
-    for i in range(qwords.shape[0]):
-        w = qwords[i]
-        q = qvals[i]
-        f = idf[w]
-        for p in range(indptr[w], indptr[w + 1]):
-            t = f * ptf[p]
-            m = q if q < t else t
-            acc[pids[p]] += m
-            total += m
-    return total
-
-
-@njit(cache=True)
-def _acc_min_normalized(indptr, pids, ptf, qwords, qvals, idf, inv_norm, acc):
-    """l1: acc[j] += min(Qh_l, idf_l t_jl / ||T_j||_1)."""
-    for i in range(qwords.shape[0]):
-        w = qwords[i]
-        q = qvals[i]
-        f = idf[w]
-        for p in range(indptr[w], indptr[w + 1]):
-            j = pids[p]
-            t = f * ptf[p] * inv_norm[j]
-            acc[j] += q if q < t else t
-
-
-@njit(cache=True)
-def _acc_dot(indptr, pids, ptf, qwords, qvals, idf, acc):
-    """l2: acc[j] += Q_l idf_l t_jl."""
-    for i in range(qwords.shape[0]):
-        w = qwords[i]
-        qf = qvals[i] * idf[w]
-        for p in range(indptr[w], indptr[w + 1]):
-            acc[pids[p]] += qf * ptf[p]
-
-
-@njit(cache=True)
-def _acc_delta2(indptr, pids, ptf, qwords, qvals, idf, acc3):
-    """delta2: acc3[j] += (T_jl m_l, Q_l m_l, m_l^2) with m_l = min(Q_l, idf_l t_jl)."""
-    for i in range(qwords.shape[0]):
-        w = qwords[i]
-        q = qvals[i]
-        f = idf[w]
-        for p in range(indptr[w], indptr[w + 1]):
-            j = pids[p]
-            t = f * ptf[p]
-            m = q if q < t else t
-            acc3[j, 0] += t * m
-            acc3[j, 1] += q * m
-            acc3[j, 2] += m * m
-
-
-@njit(cache=True)
-def _norms(indptr, pids, ptf, idf, n_images, out1, out2):
-    """Per-image ||T_j||_1 and ||T_j||_2^2 of the idf-weighted histograms, one pass over all postings."""
-    for j in range(n_images):
-        out1[j] = 0.0
-        out2[j] = 0.0
-    for w in range(indptr.shape[0] - 1):
-        f = idf[w]
-        for p in range(indptr[w], indptr[w + 1]):
-            t = f * ptf[p]
-            out1[pids[p]] += t
-            out2[pids[p]] += t * t
-
-
-@njit(cache=True)
-def _merge(old_indptr, old_ids, old_tf, new_indptr_add, add_ids, add_tf, out_indptr, out_ids, out_tf):
-    """CSR merge: for each word, the old postings then the added ones (both already grouped by word)."""
-    n_words = old_indptr.shape[0] - 1
-    out_indptr[0] = 0
-    pos = 0
-    for w in range(n_words):
-        for p in range(old_indptr[w], old_indptr[w + 1]):
-            out_ids[pos] = old_ids[p]
-            out_tf[pos] = old_tf[p]
-            pos += 1
-        for p in range(new_indptr_add[w], new_indptr_add[w + 1]):
-            out_ids[pos] = add_ids[p]
-            out_tf[pos] = add_tf[p]
-            pos += 1
-        out_indptr[w + 1] = pos
-
-
-@njit(cache=True)
-def _filter(indptr, pids, ptf, remap, out_indptr, out_ids, out_tf):
-    """Drop postings of removed images (remap < 0) and renumber the others; returns the new posting count."""
-    pos = 0
-    out_indptr[0] = 0
-    for w in range(indptr.shape[0] - 1):
-        for p in range(indptr[w], indptr[w + 1]):
-            r = remap[pids[p]]
-            if r >= 0:
-                out_ids[pos] = r
-                out_tf[pos] = ptf[p]
-                pos += 1
-        out_indptr[w + 1] = pos
-    return pos
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# input conversion
-
-
-def histogram_rows(X, n_words: int, name: str = "X"):
-    """Turn images' visual words into sparse histogram rows.
-
-    Parameters
-    ----------
-    X : scipy.sparse matrix of shape (n, n_words), or a list of items, each either
-        an int array of shape (m,) (one word per feature, hard assignment: tf = counts) or
-        a pair ``(words, weights)`` of arrays of shape (m,) (soft assignment: tf = summed weights).
-    n_words : int
-    name : str
-
-    Returns
-    -------
-    list of (words, tf) : words int64 sorted unique of shape (u,), tf float64 of shape (u,) (all > 0).
-    """
-    try:
-        import scipy.sparse as sp
-    except ImportError:  # pragma: no cover
-        sp = None
-    rows = []
-    if sp is not None and sp.issparse(X):
-        X = sp.csr_matrix(X)
-        if X.shape[1] != n_words:
-            raise ValueError(f"{name} must have {n_words} columns (the vocabulary size); got shape {X.shape}.")
-        X.sum_duplicates()
-        for i in range(X.shape[0]):
-            a, b = X.indptr[i], X.indptr[i + 1]
-            words = X.indices[a:b].astype(np.int64)
-            tf = X.data[a:b].astype(np.float64)
-            rows.append(_clean(words, tf, n_words, f"{name}[{i}]"))
-        return rows
-    if isinstance(X, np.ndarray) and X.ndim == 1 and X.dtype.kind in "iu":
-        X = [X]
-    for i, item in enumerate(X):
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise ValueError(f"{name}[{i}] must be a (words, weights) pair; got a tuple of {len(item)}.")
-            words = np.asarray(item[0])
-            weights = np.asarray(item[1], dtype=np.float64).ravel()
-        else:
-            words = np.asarray(item)
-            weights = None
-        if words.size and words.dtype.kind not in "iu":
-            raise ValueError(f"{name}[{i}] word indices must be integers; got dtype {words.dtype}.")
-        words = words.astype(np.int64).ravel()
-        if weights is None:
-            weights = np.ones(words.shape[0], dtype=np.float64)
-        if weights.shape[0] != words.shape[0]:
-            raise ValueError(f"{name}[{i}]: {words.shape[0]} words but {weights.shape[0]} weights.")
-        rows.append(_clean(words, weights, n_words, f"{name}[{i}]"))
-    return rows
-
-
-def _clean(words, tf, n_words, where):
-    if words.size and (words.min() < 0 or words.max() >= n_words):
-        raise ValueError(f"{where}: word indices must be in [0, {n_words}); got range [{words.min()}, {words.max()}].")
-    if tf.size and (not np.isfinite(tf).all() or (tf < 0).any()):
-        raise ValueError(f"{where}: term weights must be finite and non-negative.")
-    uw, inv = np.unique(words, return_inverse=True)
-    acc = np.zeros(uw.shape[0], dtype=np.float64)
-    np.add.at(acc, inv, tf)
-    keep = acc > 0
-    return uw[keep], acc[keep]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -323,7 +150,7 @@ class InvertedFile:
             out_indptr = np.empty(self.n_words + 1, dtype=np.int64)
             out_ids = np.empty(P, dtype=np.uint32)
             out_tf = np.empty(P, dtype=np.float32)
-            _merge(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
+            merge_postings(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
                    add_indptr, internal[order].astype(np.uint32), tf[order].astype(np.float32),
                    out_indptr, out_ids, out_tf)
             self.indptr_, self.postings_ids_, self.postings_tf_ = out_indptr, out_ids, out_tf
@@ -343,7 +170,7 @@ class InvertedFile:
             self.idf_ = idf
         n1 = np.empty(n, dtype=np.float64)
         n2 = np.empty(n, dtype=np.float64)
-        _norms(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
+        image_norms(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
                self.idf_, n, n1, n2)
         self.norm1_ = n1
         self.norm2_ = np.sqrt(n2)
@@ -385,7 +212,7 @@ class InvertedFile:
         out_indptr = np.empty(self.n_words + 1, dtype=np.int64)
         out_ids = np.empty(self.postings_ids_.shape[0], dtype=np.uint32)
         out_tf = np.empty(self.postings_ids_.shape[0], dtype=np.float32)
-        P = _filter(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_), remap,
+        P = filter_postings(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_), remap,
                     out_indptr, out_ids, out_tf)
         self.indptr_, self.postings_ids_, self.postings_tf_ = out_indptr, out_ids[:P].copy(), out_tf[:P].copy()
         self._id_set.difference_update(self.ids_[dead].tolist())
@@ -398,7 +225,7 @@ class InvertedFile:
     def query_weights(self, q) -> tuple[np.ndarray, np.ndarray]:
         """The idf-weighted query histogram Q: (words int64 (u,), values float64 (u,)) from one query item."""
         self._commit()
-        words, tf = histogram_rows([q] if not _is_sparse(q) else q, self.n_words, "query")[0]
+        words, tf = histogram_rows(q if sp.issparse(q) else [q], self.n_words, "query")[0]
         return words, tf * self.idf_[words]
 
     def scores(self, q, *, method: str = "delta1", alpha: float = 0.5) -> tuple[np.ndarray, float]:
@@ -425,7 +252,7 @@ class InvertedFile:
         indptr, pids, ptf = np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_)
         if method == "delta1":
             acc = np.zeros(n, dtype=np.float64)
-            total = _acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            total = acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
             wbar = alpha * self._sum_norm1 / total if total > 0 else 0.0
             return self.norm1_ - wbar * acc, wbar
         if method == "l1":
@@ -433,18 +260,18 @@ class InvertedFile:
             qn = qv.sum()
             qh = qv / qn if qn > 0 else qv
             inv = np.divide(1.0, self.norm1_, out=np.zeros(n), where=self.norm1_ > 0)
-            _acc_min_normalized(indptr, pids, ptf, qw, qh, self.idf_, inv, acc)
+            acc_min_normalized(indptr, pids, ptf, qw, qh, self.idf_, inv, acc)
             return (1.0 if qn > 0 else 0.0) + (self.norm1_ > 0) - 2.0 * acc, float("nan")
         if method == "l2":
             acc = np.zeros(n, dtype=np.float64)
-            _acc_dot(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            acc_dot(indptr, pids, ptf, qw, qv, self.idf_, acc)
             qn = float(np.sqrt((qv * qv).sum()))
             tn = self.norm2_
             denom = np.where(tn > 0, tn, 1.0) * (qn if qn > 0 else 1.0)
             sq = (1.0 if qn > 0 else 0.0) + (tn > 0) - 2.0 * acc / denom
             return np.sqrt(np.maximum(sq, 0.0)), float("nan")
         acc3 = np.zeros((n, 3), dtype=np.float64)
-        _acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
+        acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
         qq = float((qv * qv).sum())
         qterm = np.sqrt(np.maximum(qq - 2.0 * acc3[:, 1] + acc3[:, 2], 0.0))
         tterm = np.sqrt(np.maximum(self._norm2sq - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))
@@ -492,8 +319,6 @@ class InvertedFile:
     def save(self, folder) -> Path:
         """Write ``header.json`` + ``indptr.npy``, ``postings_ids.npy``, ``postings_tf.npy``, ``ids.npy``,
         ``norm1.npy``, ``norm2.npy``, ``idf.npy`` into ``folder`` (each atomically; memory-mappable)."""
-        from retrieval import __version__
-
         self._commit()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -536,23 +361,3 @@ class InvertedFile:
         if inv.indptr_.shape[0] != inv.n_words + 1 or inv.norm1_.shape[0] != inv.ids_.shape[0]:
             raise FormatError(f"{folder}: array shapes do not match the header.")
         return inv
-
-
-def _is_sparse(q) -> bool:
-    try:
-        import scipy.sparse as sp
-    except ImportError:  # pragma: no cover
-        return False
-    return sp.issparse(q)
-
-
-def topk_smallest(s: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k smallest entries of ``s`` (n,), sorted by (value, index); shape (min(k, n),) int64."""
-    n = s.shape[0]
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if k < n:
-        part = np.argpartition(s, k - 1)[:k]
-    else:
-        part = np.arange(n)
-    return part[np.lexsort((part, s[part]))].astype(np.int64)

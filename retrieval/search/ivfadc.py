@@ -23,12 +23,14 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
 
-from retrieval.codes._kmeans import assign, kmeans
 from retrieval.codes.pq import ProductQuantizer
-from retrieval.codes.scan import _sift_down, heap_sort_inplace, scan_block_into_heap
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.kmeans import kmeans
+from retrieval.core.nearest import nearest_centers, sq_norms
+from retrieval.search._ivfadc_kernels import coarse_topk, ivf_scan
+from retrieval.search.index_io import load_ivfadc_parts, save_ivfadc
+from retrieval.search.ivf_lists import InvertedLists
 
 logger = logging.getLogger(__name__)
 
@@ -37,82 +39,7 @@ __all__ = ["IVFADC"]
 _QUERY_BLOCK = 256
 
 
-@njit(cache=True, nogil=True)
-def _ivf_scan(q0, q1, k, probes, coarse, term3, term2, x, centroids, codebooks, codes, ids, offsets,
-              outD, outI):
-    """Visit the probed lists of queries q0:q1 and keep the k best rows (positions into ``codes``).
-
-    probes (nq, nprobe) int64 (-1 = none), coarse (nq, nprobe) float32 = ||x - c_l||^2,
-    term3 (nq, M, ksub) float32 = -2 <x^m, r_{m,j}>, term2 (nlist, M, ksub) float32 or shape (0, M, ksub) when the
-    tables are built from the residual directly (x (nq, d), centroids (nlist, d), codebooks (M, ksub, dsub)).
-    """
-    M = codebooks.shape[0]
-    ksub = codebooks.shape[1]
-    dsub = codebooks.shape[2]
-    precomputed = term2.shape[0] > 0
-    nprobe = probes.shape[1]
-    flat = np.empty(M * ksub, dtype=np.float32)
-    table = flat.reshape((M, ksub))
-    res = np.empty(M * dsub, dtype=np.float32)
-    hd = np.empty(k, dtype=np.float32)
-    hi = np.empty(k, dtype=np.int64)
-    for q in range(q0, q1):
-        hd[:] = np.inf
-        hi[:] = -1
-        for p in range(nprobe):
-            lst = probes[q, p]
-            if lst < 0:
-                continue
-            a = offsets[lst]
-            b = offsets[lst + 1]
-            if a == b:
-                continue
-            if precomputed:
-                t2 = term2[lst].reshape(-1)
-                t3 = term3[q].reshape(-1)
-                for t in range(M * ksub):
-                    flat[t] = t2[t] + t3[t]
-                bias = coarse[q, p]
-            else:
-                for t in range(M * dsub):
-                    res[t] = x[q, t] - centroids[lst, t]
-                for m in range(M):
-                    for j in range(ksub):
-                        s = np.float32(0.0)
-                        for t in range(dsub):
-                            u = res[m * dsub + t] - codebooks[m, j, t]
-                            s += u * u
-                        table[m, j] = s
-                bias = 0.0
-            scan_block_into_heap(table, codes, a, b, bias, ids, hd, hi)
-        heap_sort_inplace(hd, hi)
-        outD[q, :] = hd
-        outI[q, :] = hi
-
-
-@njit(cache=True, nogil=True)
-def _coarse_topk(dots, cnorms, xnorms, outD, outI):
-    """nprobe smallest ``||x||^2 + ||c||^2 - 2 <x, c>`` per row of dots (nq, nlist); ascending, -1/inf padded."""
-    nq, nlist = dots.shape
-    p = outD.shape[1]
-    for q in range(nq):
-        hd = outD[q]
-        hi = outI[q]
-        hd[:] = np.inf
-        hi[:] = -1
-        thr = hd[0]
-        for c in range(nlist):
-            v = cnorms[c] - 2 * dots[q, c]
-            if v < thr:
-                _sift_down(hd, hi, p, 0, v, c)
-                thr = hd[0]
-        heap_sort_inplace(hd, hi)
-        for j in range(p):
-            if hi[j] >= 0:
-                hd[j] = max(hd[j] + xnorms[q], 0.0)
-
-
-class IVFADC:
+class IVFADC(InvertedLists):
     """Inverted file with asymmetric distance computation, ``IVF nlist, M x nbits`` (Jegou et al. 2012, sec. VI-C).
 
     Parameters
@@ -214,7 +141,7 @@ class IVFADC:
         rng = check_random_state(self.random_state)
         self.centroids_ = kmeans(X, self.nlist, n_iter=self.n_iter,
                                  max_points_per_centroid=self.max_points_per_centroid, rng=rng)
-        labels, _ = assign(X, self.centroids_)
+        labels, _ = nearest_centers(X, self.centroids_)
         R = X - self.centroids_[labels]
         self.pq_ = ProductQuantizer(self.M, self.nbits, n_iter=self.n_iter,
                                     max_points_per_centroid=self.max_points_per_centroid, random_state=rng).fit(R)
@@ -229,38 +156,6 @@ class IVFADC:
         self._term2 = None
         self._cnorms = None
         return self
-
-    def _init_storage(self):
-        self.codes_ = np.empty((0, self.M), dtype=self.pq_.code_dtype)
-        self.ids_ = np.empty(0, dtype=np.int64)
-        self.offsets_ = np.zeros(self.nlist + 1, dtype=np.int64)
-        self.vectors_ = None if self.store_vectors is None else np.empty((0, self.d_), dtype=self.store_vectors)
-        self.refine_codes_ = (None if self.refine_pq_ is None
-                              else np.empty((0, self.refine_M), dtype=self.refine_pq_.code_dtype))
-        self.n_removed_ = 0
-        self.next_id_ = 0
-
-    @property
-    def ntotal(self) -> int:
-        """Number of live (not removed) vectors."""
-        check_is_fitted(self, "centroids_")
-        return int(self.ids_.shape[0]) - int(self.n_removed_)
-
-    @property
-    def bytes_per_vector(self) -> int:
-        """Memory per indexed vector in the lists: code bytes + 8 bytes of id (+ refine code, + stored vector)."""
-        check_is_fitted(self, "centroids_")
-        b = self.pq_.code_size + 8
-        if self.refine_pq_ is not None:
-            b += self.refine_pq_.code_size
-        if self.store_vectors is not None:
-            b += self.d_ * np.dtype(self.store_vectors).itemsize
-        return b
-
-    def list_sizes(self) -> np.ndarray:
-        """Stored rows per list (removed rows included until :meth:`compact`), shape (nlist,), int64."""
-        check_is_fitted(self, "centroids_")
-        return np.diff(self.offsets_)
 
     # ------------------------------------------------------------------ adding and removing
     def add(self, X, ids=None, *, batch_size: int = 65536) -> np.ndarray:
@@ -298,7 +193,7 @@ class IVFADC:
         refine = None if self.refine_pq_ is None else np.empty((n, self.refine_M), self.refine_pq_.code_dtype)
         for a in range(0, n, batch_size):
             xb = X[a:a + batch_size]
-            lab, _ = assign(xb, self.centroids_)
+            lab, _ = nearest_centers(xb, self.centroids_)
             labels[a:a + batch_size] = lab
             r = xb - self.centroids_[lab]
             c = self.pq_.encode(r)
@@ -308,131 +203,6 @@ class IVFADC:
         vectors = None if self.store_vectors is None else X.astype(self.store_vectors)
         self.add_preassigned(labels, codes, ids, vectors=vectors, refine_codes=refine)
         return ids
-
-    def add_preassigned(self, list_nos, codes, ids, *, vectors=None, refine_codes=None) -> None:
-        """Append already encoded entries to given lists (the lists stay contiguous; one O(ntotal) merge).
-
-        Parameters
-        ----------
-        list_nos : ndarray of shape (n,), int
-        codes : ndarray of shape (n, M), dtype uint8/uint16 (the residual PQ codes)
-        ids : ndarray of shape (n,), int64, non-negative
-        vectors : ndarray of shape (n, d) or None (required when ``store_vectors`` is set)
-        refine_codes : ndarray of shape (n, refine_M) or None (required when ``refine_M > 0``)
-        """
-        check_is_fitted(self, "centroids_")
-        list_nos = np.asarray(list_nos, dtype=np.int64).reshape(-1)
-        n = list_nos.shape[0]
-        if n and (list_nos.min() < 0 or list_nos.max() >= self.nlist):
-            raise ValueError(f"list numbers must be in [0, {self.nlist}); got [{list_nos.min()}, {list_nos.max()}].")
-        codes = self.pq_._check_codes(codes)
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if codes.shape[0] != n or ids.shape[0] != n:
-            raise ValueError(f"list_nos, codes and ids must have the same length; got {n}, {codes.shape[0]}, "
-                             f"{ids.shape[0]}.")
-        if (vectors is None) != (self.store_vectors is None):
-            raise ValueError("vectors must be given exactly when store_vectors is set.")
-        if (refine_codes is None) != (self.refine_pq_ is None):
-            raise ValueError("refine_codes must be given exactly when refine_M > 0.")
-        order = np.argsort(list_nos, kind="stable")
-        counts = np.bincount(list_nos, minlength=self.nlist).astype(np.int64)
-        old_sizes = np.diff(self.offsets_)
-        new_offsets = np.zeros(self.nlist + 1, dtype=np.int64)
-        np.cumsum(old_sizes + counts, out=new_offsets[1:])
-        old_lists = np.repeat(np.arange(self.nlist), old_sizes)
-        dst_old = np.arange(old_sizes.sum(), dtype=np.int64) - self.offsets_[old_lists] + new_offsets[old_lists]
-        sorted_lists = list_nos[order]
-        first_new = np.zeros(self.nlist + 1, dtype=np.int64)
-        np.cumsum(counts, out=first_new[1:])
-        dst_new = (np.arange(n, dtype=np.int64) - first_new[sorted_lists]
-                   + new_offsets[sorted_lists] + old_sizes[sorted_lists])
-
-        def merge(old, new):
-            out = np.empty((new_offsets[-1],) + old.shape[1:], dtype=old.dtype)
-            out[dst_old] = old
-            out[dst_new] = np.asarray(new, dtype=old.dtype)[order]
-            return out
-
-        self.codes_ = merge(self.codes_, codes.astype(self.pq_.code_dtype, copy=False))
-        self.ids_ = merge(self.ids_, ids)
-        if self.vectors_ is not None:
-            self.vectors_ = merge(self.vectors_, check_array(vectors, "vectors", n_features=self.d_, dtype=None))
-        if self.refine_codes_ is not None:
-            self.refine_codes_ = merge(self.refine_codes_, self.refine_pq_._check_codes(refine_codes))
-        self.offsets_ = new_offsets
-        if n:
-            self.next_id_ = max(int(self.next_id_), int(ids.max()) + 1)
-
-    def set_inverted_lists(self, codes, ids, offsets) -> None:
-        """Install contiguous inverted lists as they are (no copy): for scale runs with injected codes.
-
-        codes (ntotal, M) uint8/uint16 C-contiguous, ids (ntotal,) int64, offsets (nlist + 1,) int64
-        non-decreasing from 0 to ntotal. Only allowed without stored vectors / refine codes.
-        """
-        check_is_fitted(self, "centroids_")
-        if self.store_vectors is not None or self.refine_pq_ is not None:
-            raise ValueError("set_inverted_lists is only available without store_vectors and refine_M.")
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if (codes.ndim != 2 or codes.shape[1] != self.M or codes.dtype != self.pq_.code_dtype
-                or not codes.flags.c_contiguous):
-            raise ValueError(f"codes must be a C-contiguous {self.pq_.code_dtype} array of shape (n, {self.M}); "
-                             f"got {codes.dtype} {codes.shape}.")
-        ksub = self.pq_.ksub_
-        if ksub < np.iinfo(codes.dtype).max + 1 and codes.size and int(codes.max()) >= ksub:
-            raise ValueError(f"codes must be smaller than ksub={ksub}; got {int(codes.max())}.")
-        if ids.dtype != np.int64 or ids.shape != (codes.shape[0],):
-            raise ValueError(f"ids must be int64 of shape ({codes.shape[0]},); got {ids.dtype} {ids.shape}.")
-        if (offsets.shape != (self.nlist + 1,) or offsets[0] != 0 or offsets[-1] != codes.shape[0]
-                or np.any(np.diff(offsets) < 0)):
-            raise ValueError(f"offsets must be non-decreasing of shape ({self.nlist + 1},) from 0 to {codes.shape[0]}.")
-        self.codes_, self.ids_, self.offsets_ = codes, ids, offsets
-        self.n_removed_ = 0
-        self.next_id_ = int(ids.max()) + 1 if ids.size else 0
-
-    def remove(self, ids) -> int:
-        """Mark the entries with these ids as removed (they are never returned again); compacts the lists when
-        more than a quarter of the stored rows are marked.
-
-        Parameters
-        ----------
-        ids : array-like of int
-
-        Returns
-        -------
-        n_removed : int
-            Number of stored entries newly marked.
-        """
-        check_is_fitted(self, "centroids_")
-        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
-        ids = ids[ids >= 0]
-        hit = np.isin(self.ids_, ids)
-        count = int(np.count_nonzero(hit))
-        if count:
-            if not self.ids_.flags.writeable:
-                self.ids_ = np.array(self.ids_)
-            self.ids_[hit] = -1
-            self.n_removed_ = int(self.n_removed_) + count
-            if self.n_removed_ * 4 > self.ids_.shape[0]:
-                self.compact()
-        return count
-
-    def compact(self) -> None:
-        """Drop the rows marked as removed and rebuild the offsets (O(ntotal) copy)."""
-        check_is_fitted(self, "centroids_")
-        if not self.n_removed_:
-            return
-        keep = self.ids_ >= 0
-        lists = np.repeat(np.arange(self.nlist), np.diff(self.offsets_))
-        sizes = np.bincount(lists[keep], minlength=self.nlist)
-        self.codes_ = np.ascontiguousarray(self.codes_[keep])
-        self.ids_ = np.ascontiguousarray(self.ids_[keep])
-        if self.vectors_ is not None:
-            self.vectors_ = np.ascontiguousarray(self.vectors_[keep])
-        if self.refine_codes_ is not None:
-            self.refine_codes_ = np.ascontiguousarray(self.refine_codes_[keep])
-        self.offsets_ = np.zeros(self.nlist + 1, dtype=np.int64)
-        np.cumsum(sizes, out=self.offsets_[1:])
-        self.n_removed_ = 0
 
     # ------------------------------------------------------------------ search
     def _use_precomputed(self) -> bool:
@@ -458,11 +228,11 @@ class IVFADC:
         """
         nq = x.shape[0]
         if getattr(self, "_cnorms", None) is None:
-            self._cnorms = (self.centroids_.astype(np.float32) ** 2).sum(1)
+            self._cnorms = sq_norms(self.centroids_)
         dots = x @ self.centroids_.T
         dist = np.empty((nq, nprobe), dtype=np.float32)
         lists = np.empty((nq, nprobe), dtype=np.int64)
-        _coarse_topk(dots, self._cnorms, (x ** 2).sum(1, dtype=np.float32), dist, lists)
+        coarse_topk(dots, self._cnorms, (x ** 2).sum(1, dtype=np.float32), dist, lists)
         return dist, lists
 
     def search(self, x, k: int = 10, *, nprobe: int | None = None, rerank: int = 0, threads: int = 1
@@ -520,11 +290,11 @@ class IVFADC:
             args = (kk, lists, cd, term3, term2, xb, self.centroids_, books, codes, ids, offsets, Db, Pb)
             nb = xb.shape[0]
             if threads == 1 or nb < 2:
-                _ivf_scan(0, nb, *args)
+                ivf_scan(0, nb, *args)
             else:
                 bounds = np.linspace(0, nb, min(threads, nb) + 1).astype(np.int64)
                 with ThreadPoolExecutor(max_workers=len(bounds) - 1) as pool:
-                    futs = [pool.submit(_ivf_scan, int(s), int(e), *args)
+                    futs = [pool.submit(ivf_scan, int(s), int(e), *args)
                             for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
                     for f in futs:
                         f.result()
@@ -552,16 +322,27 @@ class IVFADC:
         return np.take_along_axis(exact, order, 1), np.where(np.take_along_axis(valid, order, 1),
                                                                  np.take_along_axis(P, order, 1), -1)
 
-    # ------------------------------------------------------------------ persistence (see index_io.py)
+    # ------------------------------------------------------------------ persistence (format: index_io.py)
     def save(self, folder) -> None:
         """Write the index to ``folder`` (JSON header + .npy arrays; docs/formats.md). Compacts first."""
-        from retrieval.search.index_io import save_ivfadc
-
         save_ivfadc(self, folder)
 
     @classmethod
     def load(cls, folder, *, mmap: bool = True) -> IVFADC:
         """Open an index folder; with ``mmap`` the lists and vectors are memory-mapped (not read)."""
-        from retrieval.search.index_io import load_ivfadc
-
-        return load_ivfadc(folder, mmap=mmap)
+        header, arrays, pq, refine_pq = load_ivfadc_parts(folder, mmap=mmap)
+        index = cls(**header["params"])
+        index.d_ = int(header["d"])
+        index.centroids_ = np.array(arrays["centroids"])
+        index.pq_ = pq
+        index.refine_pq_ = refine_pq
+        index.refine_codes_ = arrays.get("refine_codes")
+        index.codes_ = arrays["codes"]
+        index.ids_ = arrays["ids"]
+        index.offsets_ = np.array(arrays["offsets"])
+        index.vectors_ = arrays.get("vectors")
+        index.n_removed_ = 0
+        index.next_id_ = int(header["next_id"])
+        index._term2 = None
+        index._cnorms = None
+        return index

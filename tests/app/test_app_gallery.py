@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from retrieval.app.gallery import render_gallery, write_gallery
-from retrieval.app.index import SearchHit
+from retrieval.engine.hits import Hit
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,8 @@ def images(tmp_path_factory):
 def make_hits(paths):
     hits = []
     for r, p in enumerate(paths[1:], start=1):
-        box = [10.0, 20.0, 110.0, 90.0] if r % 2 else None
-        hits.append(SearchHit(rank=r, path=str(p), score=1.0 / r, inliers=30 // r if box else None, box=box, id=r))
+        box = (10.0, 20.0, 110.0, 90.0) if r % 2 else None
+        hits.append(Hit(id=r, score=1.0 / r, inliers=30 // r if box else None, box=box, rank=r, path=str(p)))
     return hits
 
 

@@ -13,15 +13,12 @@ import pytest
 from conftest import FEATURE_CACHE, shared_path
 
 from retrieval.bench.app import minibench
-from retrieval.engine.pipeline import spatial_available
 
 
 @pytest.mark.slow
 def test_default_preset_reaches_084_and_reranking_improves(tmp_path):
     spec = shared_path("minibench.json")
-    reranks = ("none", "spatial") if spatial_available() else ("none",)
-    res = minibench(spec, tmp_path, preset="default", reranks=reranks, feature_store=FEATURE_CACHE)
+    res = minibench(spec, tmp_path, preset="default", reranks=("none", "spatial"), feature_store=FEATURE_CACHE)
     assert res["n_queries"] == 38 and res["n_images"] == 112
     assert res["map"]["none"] >= 0.84, res
-    if "spatial" in res["map"]:
-        assert res["map"]["spatial"] > res["map"]["none"], res
+    assert res["map"]["spatial"] > res["map"]["none"], res

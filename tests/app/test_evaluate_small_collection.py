@@ -93,7 +93,7 @@ def test_ivfadc_preset_on_14_images_reduces_lists_probes_and_bits(tmp_path, monk
 def test_reductions_follow_the_rule_on_synthetic_vectors():
     """The rule itself, on the codes backend with given global vectors: nbits = floor(log2 n), nlist = largest
     power of two <= n / 39, M = largest divisor of D <= M; nothing reduced when the data suffice."""
-    from retrieval.engine.backends import CodesBackend
+    from retrieval.engine.codes_backend import CodesBackend
     from retrieval.engine.presets import load_preset
 
     rng = np.random.default_rng(0)

@@ -27,6 +27,13 @@ def test_speed_report_schema_on_a_small_database():
     assert out["dE_vs_pq_adc"] > 0
 
 
+def test_cli_embedding_list_is_the_bench_list():
+    from retrieval.bench.binary import EMBEDDINGS
+    from retrieval.cli.binary import EMBEDDINGS as CLI_EMBEDDINGS
+
+    assert CLI_EMBEDDINGS == EMBEDDINGS
+
+
 def test_repeats_must_be_positive():
     r = CliRunner().invoke(main, ["bench", "binary", "--repeats", "0"])
     assert r.exit_code == 2 and "--repeats" in r.output

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from retrieval import __version__
+from retrieval._version import __version__
 from retrieval.codes.scan import lut_scan_topk
 from retrieval.core.checks import (
     NotFittedError,

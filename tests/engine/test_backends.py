@@ -1,4 +1,4 @@
-"""Application: the search backends of retrieval.engine.pipeline on synthetic vectors (no images).
+"""Application: the search backends of retrieval.engine (one module per kind) on synthetic vectors (no images).
 
 The global backend switches from exhaustive inner product to IVFADC once the collection reaches
 ``index.min_images``: with every list probed and a shortlist as long as the collection its ranking must equal
@@ -10,8 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval.engine.pipeline import GlobalBackend, Hit, project_box, spatial_rerank, write_npy
+import retrieval.rerank.spatial as spatial
+from retrieval.engine.backend import write_npy
+from retrieval.engine.codes_backend import CodesBackend
+from retrieval.engine.global_backend import GlobalBackend
+from retrieval.engine.hits import Hit
+from retrieval.engine.pipeline import make_backend
 from retrieval.engine.presets import load_preset
+from retrieval.features import LocalFeatures
+from retrieval.rerank.spatial import distinct_inliers, plausible_transform, spatial_rerank
 
 
 def backend_with(vectors, ids, **index):
@@ -100,18 +107,8 @@ def test_write_npy_round_trip(tmp_path):
     assert np.array_equal(np.load(tmp_path / "a.npy", allow_pickle=False), a)
 
 
-def test_project_box_affine_and_clipping():
-    T = np.array([[2.0, 0.0, 10.0], [0.0, 2.0, 5.0]])  # scale 2, shift (10, 5)
-    assert project_box((0, 0, 10, 20), T, (100, 100)) == (10.0, 5.0, 30.0, 45.0)
-    assert project_box((0, 0, 100, 100), T, (50, 60)) == (10.0, 5.0, 49.0, 59.0)
-    assert project_box((0, 0, 10, 10), np.array([[1, 0, 500], [0, 1, 500]]), (50, 50)) is None
-
-
 def test_spatial_rerank_orders_verified_first(monkeypatch):
     """With a stub verifier: verified hits (>= min_inliers) first by inliers, the rest in first-stage order."""
-    import retrieval.rerank.verification as V
-    from retrieval.features import LocalFeatures
-
     rng = np.random.default_rng(0)
     desc = (rng.random((40, 128)) * 255).astype(np.uint8)
     frames = np.zeros((40, 6), np.float32)
@@ -132,7 +129,7 @@ def test_spatial_rerank_orders_verified_first(monkeypatch):
         current[0] = i
         return query  # identical features: every descriptor matches itself
 
-    monkeypatch.setattr(V, "verify_affine", fake_verify)
+    monkeypatch.setattr(spatial, "verify_affine", fake_verify)
     hits = [Hit(1, 0.9), Hit(2, 0.8), Hit(3, 0.7), Hit(4, 0.6), Hit(5, 0.5)]
     out = spatial_rerank(hits, query, (0, 0, 99, 99), get_features, shortlist=4, min_inliers=6, ratio=0.85)
     assert [h.id for h in out] == [2, 3, 1, 4, 5]
@@ -144,8 +141,6 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
     """index.type 'adc': the ranking and scores are the ADC distances (squared distance of the query to each
     decoded code, Jegou et al. 2012, eq. 21), through a saved and re-loaded generation."""
     from retrieval.codes import ProductQuantizer
-    from retrieval.engine.backends import CodesBackend
-    from retrieval.engine.pipeline import make_backend
 
     V, ids, Q = data
     preset = load_preset("default")
@@ -170,8 +165,6 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
 
 
 def test_distinct_inliers_and_degenerate_transforms():
-    from retrieval.engine.pipeline import distinct_inliers, plausible_transform
-
     matches = np.array([[0, 5], [1, 5], [2, 5], [3, 6], [4, 7], [4, 8]])
     mask = np.array([True, True, True, True, True, False])
     assert distinct_inliers(matches, mask) == 3  # db features 5, 6, 7 (five query features)
@@ -181,15 +174,53 @@ def test_distinct_inliers_and_degenerate_transforms():
     assert not plausible_transform(np.array([[20.0, 0, 0], [0, 20.0, 0]]))
 
 
-def test_tentative_matches_equals_brute_force_ratio_test():
-    from retrieval.engine.pipeline import tentative_matches
+def test_make_backend_picks_one_class_per_kind_and_index_type():
+    from retrieval.engine.binary_backend import BinaryBackend
+    from retrieval.engine.object_backend import ObjectBackend
 
-    rng = np.random.default_rng(3)
-    q = rng.normal(size=(60, 16)).astype(np.float32)
-    b = np.concatenate([q[:30] + 0.01 * rng.normal(size=(30, 16)), rng.normal(size=(50, 16))]).astype(np.float32)
-    got = tentative_matches(q, b, ratio=0.8)
-    d = np.sqrt(((q[:, None, :].astype(np.float64) - b[None]) ** 2).sum(-1))
-    order = np.argsort(d, axis=1)
-    want = [(i, order[i, 0]) for i in range(60) if d[i, order[i, 0]] < 0.8 * d[i, order[i, 1]]]
-    assert [tuple(p) for p in got] == want
-    assert len(want) >= 30  # the 30 perturbed copies match their originals
+    assert type(make_backend(load_preset("default"))) is GlobalBackend
+    assert type(make_backend(load_preset("paper-002-fisher64-adc16x8"))) is CodesBackend
+    assert type(make_backend(load_preset("paper-002-ivfadc"))) is CodesBackend
+    assert type(make_backend(load_preset("compact"))) is BinaryBackend
+    assert type(make_backend(load_preset("object"))) is ObjectBackend
+
+
+def test_hit_json_keys_and_rounding():
+    """The ``retrieval query --json`` object (docs/formats.md): rank, path, score rounded to 6 decimals, and
+    inliers / box (1 decimal) only when set; the catalog id is not part of it."""
+    bare = Hit(7, 0.123456789, rank=1, path="/p/a.jpg")
+    assert bare.to_json() == {"rank": 1, "path": "/p/a.jpg", "score": 0.123457}
+    full = Hit(7, -2.0, inliers=np.int64(12), box=(1.04, 2.06, 30.0, 40.44), rank=3, path="/p/b.png")
+    js = full.to_json()
+    assert js == {"rank": 3, "path": "/p/b.png", "score": -2.0, "inliers": 12, "box": [1.0, 2.1, 30.0, 40.4]}
+    assert list(js) == ["rank", "path", "score", "inliers", "box"] and type(js["inliers"]) is int
+    assert Hit(1, 0.5, inliers=0, rank=1, path="x").to_json()["inliers"] == 0  # verified with 0 inliers: kept
+
+
+def test_object_backend_reports_negated_dissimilarity_and_inliers_only_when_spatial():
+    """The object backend turns the searcher's hits (dissimilarity, smaller is better) into higher-is-better
+    scores; inliers are set only by spatial re-ranking."""
+    from retrieval.engine.object_backend import ObjectBackend
+
+    class Searcher:
+        asked = []
+
+        def search(self, query, *, bbox, k, method, alpha, rerank):
+            self.asked.append(rerank)
+            inl = 9 if rerank == "spatial" else None
+            return [Hit(3, 0.25, inl, (1.0, 2.0, 3.0, 4.0) if inl else None), Hit(5, 0.5, 0 if inl else None)]
+
+    b = ObjectBackend(load_preset("object"))
+    b.searcher, b._ids = Searcher(), np.array([3, 5])
+    for rerank in ("none", "exact", "spatial"):
+        hits = b.search(None, k=2, query_box=None, rerank=rerank)
+        assert [(h.id, h.score) for h in hits] == [(3, -0.25), (5, -0.5)]
+        if rerank == "spatial":
+            assert [(h.inliers, h.box) for h in hits] == [(9, (1.0, 2.0, 3.0, 4.0)), (0, None)]
+        else:
+            assert [(h.inliers, h.box) for h in hits] == [(None, None), (None, None)]
+    assert Searcher.asked == ["none", "exact", "spatial"]  # an explicit "none" is not turned into "exact"
+    b.search(None, k=2, query_box=None)
+    assert Searcher.asked[-1] == "spatial"  # the preset's search.rerank
+    with pytest.raises(ValueError, match="--rerank must be none, exact or spatial"):
+        b.search(None, k=2, query_box=None, rerank="geometric")

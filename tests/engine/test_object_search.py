@@ -3,8 +3,11 @@
 import numpy as np
 import pytest
 
-from retrieval.engine.object_search import ObjectSearcher, box_iou, project_box
+from retrieval.engine.hits import Hit
+from retrieval.engine.object_search import ObjectSearcher
 from retrieval.features import LocalFeatures
+from retrieval.rerank.boxes import box_iou, project_box
+from retrieval.rerank.spatial import distinct_inliers
 
 D = 32
 
@@ -55,6 +58,8 @@ def test_exact_rerank_reproduces_inverted_file_scores(world, method):
     exact = s.search(q, bbox=(50, 50, 150, 150), k=8, method=method, rerank="exact")
     a = {h.id: h.score for h in none}
     b = {h.id: h.score for h in exact}
+    # not spatially verified: no inliers, no box
+    assert all(type(h) is Hit and h.inliers is None and h.box is None for h in none + exact)
     assert set(a) == set(b)
     # eq. 10 takes square roots of |Q|^2 - 2 Q.m + |m|^2, a difference that nearly cancels when the object is
     # contained in T_j: summing the same terms in another order (postings vs full histogram) moves the result
@@ -93,17 +98,6 @@ def test_exclude_remove_and_persistence(world, tmp_path):
         back.search(q, rerank="geometric")
 
 
-def test_project_box_and_iou():
-    T = np.array([[2.0, 0.0, 10.0], [0.0, 0.5, -5.0]])
-    assert project_box((0, 0, 10, 20), T) == (10.0, -5.0, 30.0, 5.0)
-    assert project_box((0, 0, 10, 20), T, image_size=(25, 100)) == (10.0, 0.0, 24.0, 5.0)
-    H = np.array([[1.0, 0, 0], [0, 1.0, 0], [0.01, 0, 1.0]])
-    b = project_box((0, 0, 100, 100), H)
-    assert b[2] == pytest.approx(50.0)
-    assert box_iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(1 / 3)
-    assert box_iou((0, 0, 1, 1), (2, 2, 3, 3)) == 0.0
-
-
 def test_spatial_rerank_boxes_and_query_expansion(world):
     s, db, q = world
     box = (50, 50, 150, 150)
@@ -124,8 +118,6 @@ def test_spatial_rerank_boxes_and_query_expansion(world):
 
 
 def test_inliers_are_counted_one_to_one():
-    from retrieval.rerank.spatial import distinct_inliers
-
     # query feature 0 matched to db features 0, 1, 2 (same word, all consistent); query 1 -> db 3; query 2 -> db 3
     matches = np.array([[0, 0], [0, 1], [0, 2], [1, 3], [2, 3], [3, 4]])
     mask = np.array([True, True, True, True, True, False])

@@ -45,8 +45,16 @@ def test_apply_overrides_strict():
     assert q["overrides"] == ["projection.n_components=512", 'search.rerank="spatial"']
     assert p["projection"]["n_components"] == 128  # input untouched
     assert apply_overrides(p, ["projection=null"])["projection"] is None
-    with pytest.raises(ValueError, match="has no key 'projection.n_component'"):
+    with pytest.raises(ValueError, match=r"unknown key 'projection.n_component' \(did you mean 'n_components'\?\)"):
         apply_overrides(p, ["projection.n_component=512"])
+    with pytest.raises(ValueError, match=r"unknown key 'projecton' \(did you mean 'projection'\?\)"):
+        apply_overrides(p, ["projecton.n_components=512"])
+    with pytest.raises(ValueError, match=r"index.nbits = 0 is out of range: expected an int >= 1 and <= 16"):
+        apply_overrides(p, ["index.nbits=0"])
+    # a declared key the preset leaves to its default may be set; free-form objects stay strict
+    assert apply_overrides(p, ["training.min_descriptors_per_word=5"])["training"]["min_descriptors_per_word"] == 5
+    with pytest.raises(ValueError, match="has no key 'paper.tabel'"):
+        apply_overrides(p, ["paper.tabel=II"])
     with pytest.raises(ValueError, match="KEY=VALUE"):
         apply_overrides(p, ["projection"])
     raw = apply_overrides(p, ["projection=null"])

@@ -196,3 +196,22 @@ def test_threads_and_uint16_codes(setup):
     lists = np.searchsorted(wide.offsets_, pos, side="right") - 1
     rec = wide.centroids_[lists] + wide.pq_.decode(wide.codes_[pos.reshape(-1)]).reshape(5, 1000, 16)
     np.testing.assert_allclose(D, ((Q[:5, None, :] - rec) ** 2).sum(-1), rtol=1e-4, atol=1e-3)
+
+
+def test_load_rejects_offsets_that_do_not_match_the_codes(setup, tmp_path):
+    _, _, ix, _ = setup
+    ix.save(tmp_path / "idx")
+    offsets = np.load(tmp_path / "idx" / "offsets.npy")
+    offsets[-1] -= 1
+    np.save(tmp_path / "idx" / "offsets.npy", offsets)
+    with pytest.raises(FormatError, match="offsets do not match the codes"):
+        IVFADC.load(tmp_path / "idx")
+
+
+def test_public_names_stay_importable_from_their_modules():
+    from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
+    from retrieval.search.ivfadc import IVFADC as Direct
+
+    assert Direct is IVFADC and METHODS == ("l1", "l2", "delta1", "delta2") and callable(InvertedFile.search)
+    assert [w.tolist() for w, _ in histogram_rows([np.array([3, 1, 3])], 4)] == [[1, 3]]
+    np.testing.assert_array_equal(topk_smallest(np.array([3.0, 1.0, 2.0, 1.0]), 3), [1, 3, 2])

@@ -1,0 +1,99 @@
+"""Generations, the trained model folder and the writer lock of an index folder (mixed into
+:class:`retrieval.app.index.Index`; layout and crash-safety rules in that module's docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from retrieval.engine.pipeline import make_backend
+
+
+class GenerationsMixin:
+    """Needs ``self.path`` (the index folder), ``self.catalog``, ``self.preset`` and the backend cache
+    ``self._backend`` / ``self._backend_gen``."""
+
+    def _gen_dir(self, gen: int) -> Path:
+        return self.path / "gens" / f"{gen:08d}"
+
+    def _model_dir(self) -> Path:
+        return self.path / "model"
+
+    def _load_model_into(self, backend) -> bool:
+        info_path = self._model_dir() / "model.json"
+        if not info_path.exists():
+            return False
+        info = json.loads(info_path.read_text("utf-8"))
+        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
+            raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
+                             f"{info.get('preset_version')}, not {self.preset['name']!r} version "
+                             f"{self.preset['version']}.")
+        backend.load_model(self._model_dir(), info)
+        return True
+
+    def _import_model(self, src: Path) -> None:
+        if (src / "model" / "model.json").exists():
+            src = src / "model"
+        if not (src / "model.json").exists():
+            raise ValueError(f"{src}: not a trained model folder (no model.json; give an index folder or its "
+                             f"model/ folder).")
+        info = json.loads((src / "model.json").read_text("utf-8"))
+        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
+            raise ValueError(f"{src}: model trained for preset {info.get('preset')!r} version "
+                             f"{info.get('preset_version')}; this index uses {self.preset['name']!r} version "
+                             f"{self.preset['version']}.")
+        tmp = self.path / "model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        os.replace(tmp, self._model_dir())
+        meta = {"id": info["id"], "trained_on": info.get("trained_on"), "imported": str(src)}
+        if info.get("effective"):
+            meta["effective"] = info["effective"]
+        self.catalog.set_meta(model=meta)
+
+    def _backend_for(self, gen: int):
+        """The backend with the model and the state of generation ``gen`` (cached per generation)."""
+        if self._backend is not None and self._backend_gen == gen:
+            return self._backend
+        backend = make_backend(self.preset)
+        if not self._load_model_into(backend):
+            if gen:
+                raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
+            self._backend, self._backend_gen = backend, gen
+            return backend
+        backend.load_state(self._gen_dir(gen) if gen else None)
+        self._backend, self._backend_gen = backend, gen
+        return backend
+
+    def _cleanup(self, keep: Iterable[int]) -> None:
+        keep_names = {f"{g:08d}" for g in keep}
+        gens = self.path / "gens"
+        if gens.is_dir():
+            for p in gens.iterdir():
+                if p.name not in keep_names:
+                    shutil.rmtree(p, ignore_errors=True)
+        shutil.rmtree(self.path / "model.tmp", ignore_errors=True)
+
+    # ------------------------------------------------------------------ writer lock
+    def _writer_lock(self):
+        """An exclusive lock on ``<index>/.lock`` for the duration of a sync or remove (released by the kernel
+        when the process dies, so a killed run never leaves it held)."""
+        @contextlib.contextmanager
+        def held():
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise RuntimeError(f"another 'retrieval index' or 'remove' is writing to {self.path}; "
+                                       f"wait for it to finish.") from None
+                yield
+            finally:
+                os.close(fd)
+
+        return held()

@@ -1,0 +1,108 @@
+"""The interface every backend implements (:class:`Backend`) and the state files of an index generation.
+
+A backend is chosen by :func:`retrieval.engine.pipeline.make_backend` from the preset's ``kind``. The interface:
+``train(features_of, n_images)`` learns the model from a sample of the collection's features, ``save_model`` /
+``load_model`` persist it in the index's ``model/`` folder, ``add(ids, features)`` / ``remove(ids)`` change the
+searchable state, ``save_state(folder)`` / ``load_state(folder)`` persist that state in one *generation* folder of
+the index (``state.json`` + ``.npy`` arrays written by :func:`write_npy`), and ``search(features, k, ...)`` returns
+:class:`retrieval.engine.hits.Hit` records, best first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.core.persistence import crash_point
+from retrieval.engine.config import Preset
+from retrieval.engine.hits import Hit
+from retrieval.engine.presets import preset_config
+
+STATE_FORMAT = "retrieval-index-state"
+STATE_FORMAT_VERSION = 1
+
+
+def write_npy(path, array: np.ndarray) -> None:
+    """Write one ``.npy`` in two halves with the ``array`` crash point between them (fault-injection tests).
+
+    Callers write into a temporary generation folder that is renamed only when complete, so a half-written
+    file is never visible.
+    """
+    array = np.ascontiguousarray(array)
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+        raw = array.tobytes()
+        half = len(raw) // 2
+        fh.write(raw[:half])
+        fh.flush()
+        crash_point("array")
+        fh.write(raw[half:])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_npy(path, mmap: bool = True) -> np.ndarray:
+    """Read an ``.npy`` (memory-mapped when ``mmap``), never unpickling."""
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def check_state_header(folder: Path, kind: str) -> dict:
+    """The ``state.json`` of a generation folder, refused (ValueError naming the folder) unless it has this
+    module's format, version and the backend ``kind``."""
+    header = json.loads((folder / "state.json").read_text("utf-8"))
+    if header.get("format") != STATE_FORMAT or header.get("format_version") != STATE_FORMAT_VERSION or \
+            header.get("kind") != kind:
+        raise ValueError(f"{folder}: index state {header.get('format')!r} version {header.get('format_version')!r} "
+                         f"kind {header.get('kind')!r}; expected {STATE_FORMAT!r} {STATE_FORMAT_VERSION} {kind!r}.")
+    return header
+
+
+class Backend:
+    """The interface every preset kind implements (see the module docstring)."""
+
+    kind = "abstract"
+
+    def __init__(self, preset: dict):
+        self.preset = preset
+        self.trained = False
+        self.effective = {}  # preset parameters reduced to fit the training data (record_reduction)
+
+    @property
+    def config(self) -> Preset:
+        """The typed view of ``self.preset`` (parsed on each access: the dict stays the source of truth)."""
+        return preset_config(self.preset)
+
+    # model
+    def train(self, features_of: Callable[[int], object], n_images: int, progress=None) -> None:
+        raise NotImplementedError
+
+    def save_model(self, folder: Path) -> dict:
+        raise NotImplementedError
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        raise NotImplementedError
+
+    # state
+    def add(self, ids: np.ndarray, features: Sequence, progress=None) -> None:
+        raise NotImplementedError
+
+    def remove(self, ids) -> None:
+        raise NotImplementedError
+
+    def save_state(self, folder: Path) -> None:
+        raise NotImplementedError
+
+    def load_state(self, folder: Path | None) -> None:
+        raise NotImplementedError
+
+    @property
+    def ids(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
+               **options) -> list[Hit]:
+        raise NotImplementedError

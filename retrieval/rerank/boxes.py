@@ -1,0 +1,77 @@
+"""Boxes ``(x1, y1, x2, y2)`` in pixels of an original image (after EXIF orientation; the centre of the top-left
+pixel is ``(0, 0)``, so an image of size ``(w, h)`` spans ``[0, w - 1] x [0, h - 1]``): clipping to an image, the
+projection of a query box through a verified transform into a database image, and intersection over union.
+
+Used by spatial re-ranking (:func:`retrieval.rerank.spatial.spatial_rerank`), object search
+(:class:`retrieval.engine.object_search.ObjectSearcher`) and the box-query benchmark
+(:mod:`retrieval.bench.object_eval`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Box = tuple[float, float, float, float]
+
+
+def clip_box(box, image_size) -> Box | None:
+    """``box`` clipped to the image ``image_size = (w, h)``, i.e. to ``[0, w - 1] x [0, h - 1]``.
+
+    Returns
+    -------
+    tuple of 4 float, or None when nothing of the box is left (``x2 <= x1`` or ``y2 <= y1`` after clipping)
+    """
+    w, h = image_size
+    lo = np.minimum(np.maximum(np.asarray(box[:2], dtype=np.float64), 0.0), [w - 1.0, h - 1.0])
+    hi = np.minimum(np.maximum(np.asarray(box[2:4], dtype=np.float64), 0.0), [w - 1.0, h - 1.0])
+    return _box_or_none(lo, hi)
+
+
+def _box_or_none(lo: np.ndarray, hi: np.ndarray) -> Box | None:
+    if not np.all(np.isfinite(np.concatenate([lo, hi]))) or hi[0] <= lo[0] or hi[1] <= lo[1]:
+        return None
+    return float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])
+
+
+def project_box(box, transform, image_size=None) -> Box | None:
+    """Bounding box of the 4 corners of ``box`` mapped by ``transform``, clipped to ``image_size`` when given.
+
+    Parameters
+    ----------
+    box : (x1, y1, x2, y2)
+    transform : ndarray of shape (2, 3) (affine ``[M | t]``) or (3, 3) (homography)
+        Maps pixels of the box's image to pixels of the target image.
+    image_size : (w, h) or None
+        The target image: the result is clipped to ``[0, w - 1] x [0, h - 1]`` (:func:`clip_box`).
+
+    Returns
+    -------
+    tuple of 4 float, or None when the projection is degenerate: a corner mapped to infinity (homogeneous
+    coordinate 0), a box of zero width or height, or, with ``image_size``, a box entirely outside the image.
+    """
+    T = np.asarray(transform, dtype=np.float64)
+    if T.shape == (2, 3):
+        T = np.vstack([T, [0.0, 0.0, 1.0]])
+    if T.shape != (3, 3):
+        raise ValueError(f"transform must have shape (2, 3) or (3, 3); got {T.shape}.")
+    x1, y1, x2, y2 = (float(v) for v in box)
+    pts = np.array([[x1, y1, 1.0], [x2, y1, 1.0], [x2, y2, 1.0], [x1, y2, 1.0]]) @ T.T
+    if np.any(np.abs(pts[:, 2]) < 1e-12):
+        return None
+    xy = pts[:, :2] / pts[:, 2:3]
+    lo, hi = xy.min(axis=0), xy.max(axis=0)
+    if image_size is not None:
+        w, h = image_size
+        lo = np.minimum(np.maximum(lo, 0.0), [w - 1.0, h - 1.0])
+        hi = np.minimum(np.maximum(hi, 0.0), [w - 1.0, h - 1.0])
+    return _box_or_none(lo, hi)
+
+
+def box_iou(a, b) -> float:
+    """Intersection over union of two boxes ``(x1, y1, x2, y2)`` (continuous coordinates; 0 when the union is
+    empty)."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0

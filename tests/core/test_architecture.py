@@ -1,0 +1,61 @@
+"""The shape of the package: layers and acyclic modules (import-linter), a cheap ``import retrieval``, a package root
+with nothing but ``__init__`` and the version, modules of at most 500 lines, and citations a reader can resolve."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "retrieval"
+HEAVY = ("numba", "cv2", "pyhesaff", "cyvlfeat", "faiss", "sklearn", "skimage")
+
+
+def test_import_linter_contracts_hold():
+    exe = Path(sys.executable).with_name("lint-imports")
+    exe = str(exe) if exe.exists() else shutil.which("lint-imports")
+    assert exe, "lint-imports not found: `make setup` installs import-linter (the dev extra)"
+    res = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+@pytest.mark.parametrize("module", ["retrieval", "retrieval.features", "retrieval.cli.main"])
+def test_import_is_cheap(module):
+    """Importing the package (or the CLI, for a fast ``--help``) loads none of the heavy optional modules."""
+    code = f"import sys, {module}; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "", f"`import {module}` imported {res.stdout.strip()}"
+
+
+def test_package_root_holds_only_init_and_version():
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert modules == ["__init__.py", "_version.py"]
+
+
+def test_no_module_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert long == {}
+
+
+def _text_files():
+    yield ROOT / "README.md"
+    yield from PACKAGE.rglob("*.py")
+    yield from (ROOT / "docs").glob("*.md")
+
+
+@pytest.mark.parametrize("pattern", [r"[Ss]eeds? 00[0-4]", r"\b[Ii]ssues? #?\d+", r"retrieval-heavy\.lock"])
+def test_citations_resolvable_and_no_internal_labels(pattern):
+    """Papers are cited by authors and year (docs/references.md), never by an internal file label; no issue
+    numbers and no developer-machine paths in the code, the README or the docs (docs/history/ excepted)."""
+    rx = re.compile(pattern)
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in _text_files()
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if rx.search(line)]
+    assert hits == []
