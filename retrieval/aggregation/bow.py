@@ -18,13 +18,12 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from retrieval.aggregation._common import as_image_list, checked_image
+from retrieval.aggregation._common import Aggregator, as_image_list, checked_image
 from retrieval.aggregation.kmeans import KMeansVocabulary
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.aggregation.normalize import l1_normalize, l2_normalize
 from retrieval.core.checks import NotFittedError, check_choice, check_is_fitted, check_scalar
 from retrieval.core.nearest import nearest_centers, sq_norms
-from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["BoW"]
 
@@ -33,7 +32,7 @@ EXACT_MAX_WORDS = 65536  # above: approximate assignment (ApproximateKMeans over
 MAX_WORDS = 1 << 24
 
 
-class BoW(PersistableMixin):
+class BoW(Aggregator):
     """Bag-of-words histograms with tf-idf weighting (Jegou et al. 2012, sec. III-A).
 
     Parameters
@@ -239,25 +238,11 @@ class BoW(PersistableMixin):
         return self.set_document_frequencies(df, max(tf.shape[0], 1))
 
     # -- transform ----------------------------------------------------------------------------------------
-    def transform(self, descriptor_sets, *, names=None, progress=None, return_empty=False):
-        """BoW vectors of a list of images.
-
-        Parameters
-        ----------
-        descriptor_sets : list of ndarray of shape (T_i, d), real (T_i may be 0)
-        names : list of str or None
-            Image names for error messages (NaN/inf descriptors raise ValueError naming the image).
-        progress : callable(done, total) or None
-        return_empty : bool
-            Also return the mask of images without descriptors (their row is all zeros, never NaN).
-
-        Returns
-        -------
-        V : CSR matrix or ndarray of shape (n_images, K), float32
-        empty : ndarray of shape (n_images,), bool — only when ``return_empty``
-        """
+    def _encode_images(self, descriptor_sets, names, progress):
         tf = self.term_frequencies(descriptor_sets, names=names, progress=progress)
-        empty = np.diff(tf.indptr) == 0
+        return tf, np.diff(tf.indptr) == 0
+
+    def _finish(self, tf):
         if self.alpha != 1:
             tf.data = np.power(tf.data, self.alpha, dtype=np.float32)
         if self.idf:
@@ -271,5 +256,4 @@ class BoW(PersistableMixin):
         elif self.norm == "l1":
             tf = l1_normalize(tf)
         sparse = self.sparse if self.sparse != "auto" else self.cluster_centers_.shape[0] > 4096
-        V = sp.csr_matrix(tf, dtype=np.float32) if sparse else np.asarray(tf.toarray(), dtype=np.float32)
-        return (V, empty) if return_empty else V
+        return sp.csr_matrix(tf, dtype=np.float32) if sparse else np.asarray(tf.toarray(), dtype=np.float32)

@@ -14,11 +14,9 @@ import numbers
 
 import numpy as np
 
-from retrieval.aggregation._common import encode_all
+from retrieval.aggregation._common import DenseAggregator
 from retrieval.aggregation.gmm import GMMVocabulary
-from retrieval.aggregation.normalize import l2_normalize, power_normalize
 from retrieval.core.checks import check_choice, check_is_fitted, check_scalar
-from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["FisherVector", "fisher_vector"]
 
@@ -86,7 +84,7 @@ def fisher_vector(X, weights, means, covariances, *, variances=False):
     return _fisher_raw(X, _GMMTerms(weights, means, covariances), variances)
 
 
-class FisherVector(PersistableMixin):
+class FisherVector(DenseAggregator):
     """Fisher vector aggregation (Jegou et al. 2012, sec. III-B, eq. 5-7).
 
     Parameters
@@ -111,6 +109,9 @@ class FisherVector(PersistableMixin):
     n_features_in_ : int — d
     """
 
+    _owner = _OWNER
+    _fitted_attr = "means_"
+
     def __init__(self, n_components, alpha=0.5, *, variances=False, normalize="l2", gmm_params=None,
                  random_state=None):
         self.n_components = n_components
@@ -126,21 +127,8 @@ class FisherVector(PersistableMixin):
         check_choice(self.variances, "variances", _OWNER, (True, False))
         check_choice(self.normalize, "normalize", _OWNER, ("l2", None))
 
-    def fit(self, X, y=None):
-        """Train the GMM vocabulary.
-
-        Parameters
-        ----------
-        X : ndarray of shape (n, d) or list of per-image arrays (n_i, d), real
-        y : ignored
-
-        Returns
-        -------
-        self
-        """
-        self._check_params()
-        g = GMMVocabulary(self.n_components, random_state=self.random_state, **(self.gmm_params or {})).fit(X)
-        return self._set_gmm(g)
+    def _train_vocabulary(self, X):
+        return GMMVocabulary(self.n_components, random_state=self.random_state, **(self.gmm_params or {})).fit(X)
 
     @classmethod
     def from_gmm(cls, gmm, **params):
@@ -149,9 +137,9 @@ class FisherVector(PersistableMixin):
         check_is_fitted(gmm, ["weights_", "means_", "covariances_"])
         obj = cls(int(np.asarray(gmm.means_).shape[0]), **params)
         obj._check_params()
-        return obj._set_gmm(gmm)
+        return obj._set_vocabulary(gmm)
 
-    def _set_gmm(self, g):
+    def _set_vocabulary(self, g):
         self.weights_ = np.asarray(g.weights_, dtype=np.float32).copy()
         self.means_ = np.asarray(g.means_, dtype=np.float32).copy()
         self.covariances_ = np.asarray(g.covariances_, dtype=np.float32).copy()
@@ -164,35 +152,7 @@ class FisherVector(PersistableMixin):
         check_is_fitted(self, "means_")
         return int(self.means_.size * (2 if self.variances else 1))
 
-    def transform(self, descriptor_sets, *, names=None, progress=None, return_empty=False):
-        """Fisher vectors of a list of images.
-
-        Parameters
-        ----------
-        descriptor_sets : list of ndarray of shape (T_i, d), real (T_i may be 0)
-        names : list of str or None
-            Image names for error messages (NaN/inf descriptors raise ValueError naming the image).
-        progress : callable(done, total) or None
-        return_empty : bool
-            Also return the mask of images without descriptors (their vector is all zeros, never NaN).
-
-        Returns
-        -------
-        V : ndarray of shape (n_images, D), float32, rows of unit L2 norm (zero rows for empty images)
-        empty : ndarray of shape (n_images,), bool — only when ``return_empty``
-        """
-        check_is_fitted(self, "means_")
-        self._check_params()
+    def _encoder(self):
         terms = _GMMTerms(self.weights_, self.means_, self.covariances_)
         variances = self.variances
-
-        def one(X):
-            return _fisher_raw(X, terms, variances)
-
-        V, empty = encode_all(descriptor_sets, one, self.dim_, names=names, progress=progress, owner=_OWNER,
-                              d=self.n_features_in_)
-        if self.alpha != 1:
-            V = power_normalize(V, self.alpha)
-        if self.normalize == "l2":
-            V = l2_normalize(V)
-        return (V, empty) if return_empty else V
+        return lambda X: _fisher_raw(X, terms, variances)

@@ -13,11 +13,10 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval.aggregation._common import stack_training_descriptors, subsample
+from retrieval.aggregation._common import Vocabulary, stack_training_descriptors, subsample
 from retrieval.aggregation.kmeans import KMeansVocabulary
-from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.nearest import nearest_centers
-from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["GMMVocabulary", "gmm_log_posteriors"]
 
@@ -67,7 +66,7 @@ def gmm_log_posteriors(X, means, covariances, weights, *, dtype=np.float64):
     return L, (mx + s).ravel()
 
 
-class GMMVocabulary(PersistableMixin):
+class GMMVocabulary(Vocabulary):
     """Diagonal-covariance GMM u_lambda(x) = sum_i w_i u_i(x) learnt by EM (Jegou et al. 2012, sec. III-B).
 
     Parameters
@@ -102,6 +101,8 @@ class GMMVocabulary(PersistableMixin):
     converged_ : bool
     n_features_in_ : int
     """
+
+    _fitted_attr = "means_"
 
     def __init__(self, n_components, *, max_iter=100, tol=1e-3, variance_floor=1e-3, max_samples=None,
                  init="kmeans", init_samples=100_000, random_state=None):
@@ -229,10 +230,6 @@ class GMMVocabulary(PersistableMixin):
             N += L.sum(axis=0, dtype=np.float64)
             S += (L.T @ Zc).astype(np.float64)
         return N, S, total
-
-    def _check_X(self, X):
-        check_is_fitted(self, "means_")
-        return check_array(X, "X", dtype=np.float32, n_features=self.means_.shape[1])
 
     def predict_proba(self, X):
         """Soft assignments gamma_t(i) of eq. 5.

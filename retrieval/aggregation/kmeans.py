@@ -13,11 +13,10 @@ import numbers
 
 import numpy as np
 
-from retrieval.aggregation._common import stack_training_descriptors, subsample
-from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
+from retrieval.aggregation._common import Vocabulary, check_counts, stack_training_descriptors, subsample
+from retrieval.core.checks import check_choice, check_random_state, check_scalar
 from retrieval.core.kmeans import kmeans
 from retrieval.core.nearest import k_nearest_centers, nearest_centers, squared_distances
-from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["KMeansVocabulary"]
 
@@ -26,7 +25,7 @@ logger = logging.getLogger(__name__)
 _OWNER = "KMeansVocabulary"
 
 
-class KMeansVocabulary(PersistableMixin):
+class KMeansVocabulary(Vocabulary):
     """A visual vocabulary of ``n_clusters`` words learnt by k-means (Jegou et al. 2012, sec. III-A and III-C).
 
     Parameters
@@ -76,12 +75,8 @@ class KMeansVocabulary(PersistableMixin):
         check_scalar(self.n_clusters, "n_clusters", _OWNER, low=1, high=65536)
         check_choice(self.algorithm, "algorithm", _OWNER, ("auto", "elkan", "ann", "lloyd"))
         check_choice(self.init, "init", _OWNER, ("plusplus", "randsel"))
-        check_scalar(self.max_iter, "max_iter", _OWNER, low=1)
-        check_scalar(self.n_init, "n_init", _OWNER, low=1)
-        if self.max_samples is not None:
-            check_scalar(self.max_samples, "max_samples", _OWNER, low=1)
-        check_scalar(self.num_trees, "num_trees", _OWNER, low=1)
-        check_scalar(self.max_comparisons, "max_comparisons", _OWNER, low=1)
+        check_counts(self, _OWNER, ("max_iter", "n_init", "max_samples", "num_trees", "max_comparisons"),
+                     optional=("max_samples",))
 
     def fit(self, X, y=None):
         """Learn the vocabulary.
@@ -119,10 +114,6 @@ class KMeansVocabulary(PersistableMixin):
         logger.info("KMeansVocabulary: K=%d on %d x %d descriptors (%s), inertia %.4g",
                     K, X.shape[0], X.shape[1], algo, self.inertia_)
         return self
-
-    def _check_X(self, X):
-        check_is_fitted(self, "cluster_centers_")
-        return check_array(X, "X", dtype=np.float32, n_features=self.cluster_centers_.shape[1])
 
     def predict(self, X):
         """Nearest visual word of each descriptor (exact, by blocked matrix products).

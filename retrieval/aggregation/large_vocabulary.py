@@ -28,6 +28,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from retrieval.aggregation._akm_kernels import ivf_knn as _ivf_knn
+from retrieval.aggregation._common import check_counts
 from retrieval.core.checks import check_array, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.kmeans import kmeans, update_centers
 from retrieval.core.nearest import nearest_centers, sq_norms
@@ -171,11 +172,7 @@ class ApproximateKMeans(PersistableMixin):
         own = type(self).__name__
         check_scalar(self.n_clusters, "n_clusters", own, low=1)
         check_scalar(self.n_iter, "n_iter", own, low=0)
-        if self.n_coarse is not None:
-            check_scalar(self.n_coarse, "n_coarse", own, low=1)
-        check_scalar(self.nprobe, "nprobe", own, low=1)
-        check_scalar(self.n_components, "n_components", own, low=1)
-        check_scalar(self.n_candidates, "n_candidates", own, low=1)
+        check_counts(self, own, ("n_coarse", "nprobe", "n_components", "n_candidates"), optional=("n_coarse",))
 
     def _ncoarse(self, K):
         nc = self.n_coarse if self.n_coarse is not None else max(1, int(round(max(math.sqrt(K), K / 250))))

@@ -92,14 +92,5 @@ def l2_normalize(X):
 
 def l1_normalize(X):
     """Divide each row by the sum of its absolute values (BoW seen as an empirical distribution, Jegou et al. 2012
-    III-A); zero rows stay zero.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, D) or (D,), or sparse matrix of shape (n, D); any real dtype (not modified)
-
-    Returns
-    -------
-    ndarray of the same shape (float32, or float64 for float64 input), or CSR matrix for sparse input.
-    """
+    III-A); zero rows stay zero. Input and output as in :func:`l2_normalize`."""
     return _row_normalize(X, 1, "l1_normalize")

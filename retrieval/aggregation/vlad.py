@@ -12,12 +12,10 @@ import numbers
 
 import numpy as np
 
-from retrieval.aggregation._common import encode_all
+from retrieval.aggregation._common import DenseAggregator
 from retrieval.aggregation.kmeans import KMeansVocabulary
-from retrieval.aggregation.normalize import l2_normalize, power_normalize
 from retrieval.core.checks import check_choice, check_is_fitted, check_scalar
 from retrieval.core.nearest import nearest_centers, sq_norms
-from retrieval.core.persistence import PersistableMixin
 
 __all__ = ["VLAD", "vlad_vector"]
 
@@ -66,7 +64,7 @@ def vlad_vector(X, cluster_centers, *, intra_normalize=False):
     return _vlad_raw(np.asarray(X, dtype=np.float32), C, sq_norms(C), intra_normalize)
 
 
-class VLAD(PersistableMixin):
+class VLAD(DenseAggregator):
     """VLAD aggregation (Jegou et al. 2012, eq. 18, Algorithm 1).
 
     Parameters
@@ -90,6 +88,8 @@ class VLAD(PersistableMixin):
     n_features_in_ : int
     """
 
+    _owner = _OWNER
+
     def __init__(self, n_clusters, alpha=0.5, *, intra_normalize=False, normalize="l2",
                  kmeans_params=None, random_state=None):
         self.n_clusters = n_clusters
@@ -105,22 +105,8 @@ class VLAD(PersistableMixin):
         check_choice(self.intra_normalize, "intra_normalize", _OWNER, (True, False))
         check_choice(self.normalize, "normalize", _OWNER, ("l2", None))
 
-    def fit(self, X, y=None):
-        """Learn the k-means vocabulary.
-
-        Parameters
-        ----------
-        X : ndarray of shape (n, d) or list of per-image arrays (n_i, d), real
-        y : ignored
-
-        Returns
-        -------
-        self
-        """
-        self._check_params()
-        voc = KMeansVocabulary(self.n_clusters, random_state=self.random_state,
-                               **(self.kmeans_params or {})).fit(X)
-        return self._set_vocabulary(voc)
+    def _train_vocabulary(self, X):
+        return KMeansVocabulary(self.n_clusters, random_state=self.random_state, **(self.kmeans_params or {})).fit(X)
 
     @classmethod
     def from_vocabulary(cls, vocabulary, **params):
@@ -141,33 +127,10 @@ class VLAD(PersistableMixin):
         check_is_fitted(self, "cluster_centers_")
         return int(self.cluster_centers_.size)
 
-    def transform(self, descriptor_sets, *, names=None, progress=None, return_empty=False):
-        """VLAD vectors of a list of images.
-
-        Parameters
-        ----------
-        descriptor_sets : list of ndarray of shape (T_i, d), real (T_i may be 0)
-        names : list of str or None
-            Image names for error messages (NaN/inf descriptors raise ValueError naming the image).
-        progress : callable(done, total) or None
-        return_empty : bool
-            Also return the mask of images without descriptors (their vector is all zeros, never NaN).
-
-        Returns
-        -------
-        V : ndarray of shape (n_images, K d), float32
-        empty : ndarray of shape (n_images,), bool — only when ``return_empty``
-        """
-        check_is_fitted(self, "cluster_centers_")
-        self._check_params()
+    def _encoder(self):
         C = self.cluster_centers_
         c_sq = sq_norms(C)
-        V, empty = encode_all(descriptor_sets, lambda X: _vlad_raw(X, C, c_sq, False), self.dim_, names=names,
-                              progress=progress, owner=_OWNER, d=self.n_features_in_)
-        if self.alpha != 1:
-            V = power_normalize(V, self.alpha)
-        if self.intra_normalize:
-            V = _intra_normalize(V, C.shape[0])
-        if self.normalize == "l2":
-            V = l2_normalize(V)
-        return (V, empty) if return_empty else V
+        return lambda X: _vlad_raw(X, C, c_sq, False)
+
+    def _block_normalize(self, V):
+        return _intra_normalize(V, self.cluster_centers_.shape[0]) if self.intra_normalize else V

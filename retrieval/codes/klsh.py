@@ -15,9 +15,9 @@ import numbers
 
 import numpy as np
 
-from retrieval.codes.binary_embeddings import BinaryEmbedding
-from retrieval.codes.kernels import KERNELS, check_histograms, kernel_matrix
-from retrieval.core.checks import check_choice, check_random_state, check_scalar
+from retrieval.codes._landmark_hashing import LandmarkHashing
+from retrieval.codes.kernels import kernel_matrix
+from retrieval.core.checks import check_random_state, check_scalar
 
 
 def _centred_gram_eig(Y, kernel, gamma):
@@ -30,7 +30,7 @@ def _centred_gram_eig(Y, kernel, gamma):
     return K, evals[order], evecs[:, order]
 
 
-class KLSH(BinaryEmbedding):
+class KLSH(LandmarkHashing):
     """Kernelized LSH, h_k(x) = sigma(w_k' K_c(x, Y)) with w_k = K_c(Y)^{-1/2} e_S (Bourrier et al. 2015, eq. 14-15).
 
     Parameters
@@ -52,25 +52,19 @@ class KLSH(BinaryEmbedding):
 
     def __init__(self, nbits: int = 64, *, kernel: str = "chi2", n_landmarks: int = 1024, n_subset: int = 30,
                  rank: int | None = None, gamma: float = 1.0, random_state=None):
-        super().__init__(nbits, random_state=random_state)
-        self.kernel = kernel
-        self.n_landmarks = n_landmarks
+        super().__init__(nbits, kernel=kernel, n_landmarks=n_landmarks, gamma=gamma, random_state=random_state)
         self.n_subset = n_subset
         self.rank = rank
-        self.gamma = gamma
 
     def _fit_g(self, X, rng):
-        check_choice(self.kernel, "kernel", "KLSH", KERNELS)
-        check_scalar(self.n_landmarks, "n_landmarks", "KLSH", low=2, high=X.shape[0])
+        self._check_pool_params(X, "KLSH")
         check_scalar(self.n_subset, "n_subset", "KLSH", low=1, high=self.n_landmarks)
         check_scalar(self.gamma, "gamma", "KLSH", kind=numbers.Real, low=0, closed="neither")
-        X = check_histograms(X, "X", nonneg=self.kernel != "rbf")
-        idx = np.sort(rng.choice(X.shape[0], self.n_landmarks, replace=False))
-        self._fit_landmarks(X[idx], rng)
+        self._fit_landmarks(self._draw_pool(self._histograms(X), rng), rng)
 
     def fit_landmarks(self, Y, X_stats=None):
         """Fit from given landmarks ``Y`` (M, d); ``X_stats`` (n, d) (default Y) gives the d_E statistics."""
-        Y = check_histograms(Y, "Y", nonneg=self.kernel != "rbf")
+        Y = self._histograms(Y, "Y")
         rng = check_random_state(self.random_state)
         self.d_ = int(Y.shape[1])
         self.thresholds_ = np.zeros(self.nbits, dtype=np.float32)
@@ -97,5 +91,4 @@ class KLSH(BinaryEmbedding):
         self.bias_ = K.mean(axis=1) @ HW   # centring: K_c(x, :) = H (k(x) - K 1 / M)
 
     def _g(self, X):
-        kx = kernel_matrix(X, self.landmarks_, self.kernel, gamma=self.gamma).astype(np.float64)
-        return kx @ self.weights_ - self.bias_
+        return self._landmark_kernel(X) @ self.weights_ - self.bias_

@@ -11,12 +11,12 @@ import numbers
 
 import numpy as np
 
-from retrieval.codes.binary_embeddings import BinaryEmbedding
-from retrieval.codes.kernels import KERNELS, check_histograms, kernel_matrix
-from retrieval.core.checks import check_choice, check_scalar
+from retrieval.codes._landmark_hashing import LandmarkHashing
+from retrieval.codes.kernels import kernel_matrix
+from retrieval.core.checks import check_scalar
 
 
-class RMMH(BinaryEmbedding):
+class RMMH(LandmarkHashing):
     """RMMH binary embedding (Bourrier et al. 2015, eq. 16-18).
 
     Parameters
@@ -36,24 +36,19 @@ class RMMH(BinaryEmbedding):
 
     def __init__(self, nbits: int = 64, *, kernel: str = "chi2", n_landmarks: int = 1024, n_per_hash: int = 32,
                  C: float = 100.0, gamma: float = 1.0, random_state=None):
-        super().__init__(nbits, random_state=random_state)
-        self.kernel = kernel
-        self.n_landmarks = n_landmarks
+        super().__init__(nbits, kernel=kernel, n_landmarks=n_landmarks, gamma=gamma, random_state=random_state)
         self.n_per_hash = n_per_hash
         self.C = C
-        self.gamma = gamma
 
     def _fit_g(self, X, rng):
         from sklearn.svm import SVC
 
-        check_choice(self.kernel, "kernel", "RMMH", KERNELS)
-        check_scalar(self.n_landmarks, "n_landmarks", "RMMH", low=2, high=X.shape[0])
+        self._check_pool_params(X, "RMMH")
         check_scalar(self.n_per_hash, "n_per_hash", "RMMH", low=2, high=self.n_landmarks)
         if self.n_per_hash % 2:
             raise ValueError(f"The 'n_per_hash' parameter of RMMH must be even; got {self.n_per_hash}.")
         check_scalar(self.C, "C", "RMMH", kind=numbers.Real, low=0, closed="neither")
-        X = check_histograms(X, "X", nonneg=self.kernel != "rbf")
-        pool = X[np.sort(rng.choice(X.shape[0], self.n_landmarks, replace=False))]
+        pool = self._draw_pool(self._histograms(X), rng)
         K = kernel_matrix(pool, pool, self.kernel, gamma=self.gamma).astype(np.float64)
         W = np.zeros((self.n_landmarks, self.nbits))
         b = np.zeros(self.nbits)
@@ -69,5 +64,4 @@ class RMMH(BinaryEmbedding):
         self.intercepts_ = b
 
     def _g(self, X):
-        kx = kernel_matrix(X, self.landmarks_, self.kernel, gamma=self.gamma).astype(np.float64)
-        return kx @ self.weights_ + self.intercepts_
+        return self._landmark_kernel(X) @ self.weights_ + self.intercepts_

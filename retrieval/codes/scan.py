@@ -64,6 +64,17 @@ def heap_sort_inplace(hd, hi):
 
 
 @njit(cache=True, nogil=True)
+def _offer(hd, hi, thr, thr_i, d, r, ids, use_ids):
+    """Offer (d, r), with ``d <= thr``, to the full heap whose root is (thr, thr_i): kept when it beats the root
+    and row ``r`` is not removed (``use_ids`` and ``ids[r] < 0``). Returns the (new) root. Called by the scan
+    loops only on that rare path, so the common path (``d > thr``) stays a compare-and-continue."""
+    if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
+        _sift_down(hd, hi, hd.shape[0], 0, d, r)
+        return hd[0], hi[0]
+    return thr, thr_i
+
+
+@njit(cache=True, nogil=True)
 def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
     """Scan rows ``start:stop`` of ``codes`` with one query's tables and keep the best in the heap.
 
@@ -94,10 +105,7 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
             s3 = table[6, c[6]] + table[7, c[7]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
-                    thr = hd[0]
-                    thr_i = hi[0]
+                thr, thr_i = _offer(hd, hi, thr, thr_i, d, r, ids, use_ids)
     elif M == 16:
         for r in range(start, stop):
             c = codes[r]
@@ -107,10 +115,7 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
             s3 = table[12, c[12]] + table[13, c[13]] + table[14, c[14]] + table[15, c[15]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
-                    thr = hd[0]
-                    thr_i = hi[0]
+                thr, thr_i = _offer(hd, hi, thr, thr_i, d, r, ids, use_ids)
     else:
         M4 = M - M % 4
         for r in range(start, stop):
@@ -128,10 +133,7 @@ def scan_block_into_heap(table, codes, start, stop, bias, ids, hd, hi):
                 s0 += table[m, c[m]]
             d = np.float32(bias + ((s0 + s1) + (s2 + s3)))
             if d <= thr:
-                if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
-                    _sift_down(hd, hi, hd.shape[0], 0, d, r)
-                    thr = hd[0]
-                    thr_i = hi[0]
+                thr, thr_i = _offer(hd, hi, thr, thr_i, d, r, ids, use_ids)
 
 
 @njit(cache=True, nogil=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.persistence import crash_point
+from retrieval.core.persistence import atomic_write, crash_point
 from retrieval.engine.config import Preset
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import preset_config
@@ -48,6 +48,20 @@ def write_npy(path, array: np.ndarray) -> None:
 def read_npy(path, mmap: bool = True) -> np.ndarray:
     """Read an ``.npy`` (memory-mapped when ``mmap``), never unpickling."""
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def append_rows(old, new: np.ndarray) -> np.ndarray:
+    """``new`` (m, w) appended below the stored rows ``old`` (n, w) (None: no rows yet; memory-mapped: read)."""
+    old = np.zeros((0, new.shape[1]), new.dtype) if old is None else np.asarray(old)
+    return np.concatenate([old, new], axis=0)
+
+
+def write_state_header(folder: Path, kind: str, **fields) -> None:
+    """Write the ``state.json`` of a generation folder (atomically): this module's format and version, the backend
+    ``kind`` and the backend's own ``fields``."""
+    header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": kind, **fields}
+    with atomic_write(Path(folder) / "state.json", "w") as fh:
+        json.dump(header, fh, indent=2, sort_keys=True)
 
 
 def check_state_header(folder: Path, kind: str) -> dict:

@@ -6,19 +6,17 @@ through the table look-up scan. State: ``ids.npy`` (n,) int64 and ``codes.npy`` 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.codes import binary
-from retrieval.core.persistence import atomic_write, crash_point, load_estimator
+from retrieval.core.persistence import load_estimator
 from retrieval.engine.backend import (
-    STATE_FORMAT,
-    STATE_FORMAT_VERSION,
-    check_state_header,
+    append_rows,
     read_npy,
     write_npy,
+    write_state_header,
 )
 from retrieval.engine.config import BINARY_DISTANCES
 from retrieval.engine.global_backend import GlobalBackend
@@ -70,24 +68,14 @@ class BinaryBackend(GlobalBackend):
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) == 0:
             return
-        chunks = []
-        half = len(features) // 2
-        for s in range(0, len(features), 64):
-            chunks.append(self.embedding.encode(self.encode(features[s:s + 64])))
-            if progress:
-                progress(min(s + 64, len(features)), len(features))
-            if s <= half < s + 64:
-                crash_point("encode")
-        C = np.concatenate(chunks, axis=0)
-        old = np.zeros((0, C.shape[1]), np.uint8) if self._codes is None else np.asarray(self._codes)
-        self._codes = np.concatenate([old, C], axis=0)
+        C = np.concatenate([self.embedding.encode(V) for _, V in self._encoded_chunks(features, progress)], axis=0)
+        self._codes = append_rows(self._codes, C)
         self._ids = np.concatenate([self._ids, ids])
 
     def remove(self, ids) -> None:
-        ids = np.asarray(list(ids), dtype=np.int64)
-        if len(ids) == 0 or len(self._ids) == 0:
+        keep = self._kept_rows(ids)
+        if keep is None:
             return
-        keep = ~np.isin(self._ids, ids)
         self._ids = self._ids[keep]
         self._codes = np.asarray(self._codes)[keep]
 
@@ -96,19 +84,12 @@ class BinaryBackend(GlobalBackend):
         codes = np.zeros((0, self.embedding.nbytes), np.uint8) if self._codes is None else np.asarray(self._codes)
         write_npy(folder / "ids.npy", self._ids)
         write_npy(folder / "codes.npy", codes)
-        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
-                  "ntotal": int(len(self._ids)), "nbits": int(self.embedding.nbits)}
-        with atomic_write(folder / "state.json", "w") as fh:
-            json.dump(header, fh, indent=2, sort_keys=True)
+        write_state_header(folder, self.kind, ntotal=int(len(self._ids)), nbits=int(self.embedding.nbits))
 
     def load_state(self, folder) -> None:
-        if folder is None:
-            self._ids, self._codes = np.empty(0, np.int64), None
-            return
-        folder = Path(folder)
-        check_state_header(folder, self.kind)
-        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
-        self._codes = read_npy(folder / "codes.npy", mmap=True)
+        folder = self._load_ids(folder)
+        if folder is not None:
+            self._codes = read_npy(folder / "codes.npy", mmap=True)
 
     def first_stage(self, q, k, distance="expectation"):
         n = len(self._ids)

@@ -3,7 +3,6 @@ codes and ranked by their asymmetric distances (Jegou et al. 2012)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -11,13 +10,12 @@ import numpy as np
 
 from retrieval.codes import ProductQuantizer
 from retrieval.codes.scan import lut_scan_topk
-from retrieval.core.persistence import atomic_write, crash_point, load_estimator
+from retrieval.core.persistence import load_estimator
 from retrieval.engine.backend import (
-    STATE_FORMAT,
-    STATE_FORMAT_VERSION,
-    check_state_header,
+    append_rows,
     read_npy,
     write_npy,
+    write_state_header,
 )
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit
@@ -114,29 +112,21 @@ class CodesBackend(GlobalBackend):
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) == 0:
             return
-        half = len(features) // 2
         chunks = []
-        for s in range(0, len(features), 64):
-            V = self.encode(features[s:s + 64])
+        for s, V in self._encoded_chunks(features, progress):
             if self.itype == "adc":
                 chunks.append(self.pq.encode(V))
             else:
                 self.ivf.add(V, ids=ids[s:s + 64])
-            if progress:
-                progress(min(s + 64, len(features)), len(features))
-            if s <= half < s + 64:
-                crash_point("encode")
         if self.itype == "adc":
-            C = np.concatenate(chunks, axis=0)
-            old = np.zeros((0, C.shape[1]), C.dtype) if self._codes is None else np.asarray(self._codes)
-            self._codes = np.concatenate([old, C], axis=0)
+            self._codes = append_rows(self._codes, np.concatenate(chunks, axis=0))
         self._ids = np.concatenate([self._ids, ids])
 
     def remove(self, ids) -> None:
         ids = np.asarray(list(ids), dtype=np.int64)
-        if len(ids) == 0 or len(self._ids) == 0:
+        keep = self._kept_rows(ids)
+        if keep is None:
             return
-        keep = ~np.isin(self._ids, ids)
         if self.itype == "adc":
             self._codes = np.asarray(self._codes)[keep]
         else:
@@ -151,18 +141,12 @@ class CodesBackend(GlobalBackend):
             write_npy(folder / "codes.npy", codes)
         else:
             self.ivf.save(folder / "ivfadc")
-        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
-                  "index_type": self.itype, "ntotal": int(len(self._ids))}
-        with atomic_write(folder / "state.json", "w") as fh:
-            json.dump(header, fh, indent=2, sort_keys=True)
+        write_state_header(folder, self.kind, index_type=self.itype, ntotal=int(len(self._ids)))
 
     def load_state(self, folder) -> None:
+        folder = self._load_ids(folder)
         if folder is None:
-            self._ids, self._codes = np.empty(0, np.int64), None
             return
-        folder = Path(folder)
-        check_state_header(folder, self.kind)
-        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
         if self.itype == "adc":
             self._codes = read_npy(folder / "codes.npy", mmap=True)
         else:

@@ -129,10 +129,14 @@ def _check_value(where: str, path: str, value, m, preset_kind):
     return float(value) if kind is float else value
 
 
+@dataclass(frozen=True)
 class _Section:
-    """Parsing, defaults and serialisation shared by the section dataclasses."""
+    """Parsing, defaults and serialisation shared by the section dataclasses; ``_given`` (the keys the source
+    set) and ``_kind`` (the preset's kind) are filled by :meth:`parse`."""
 
     section: ClassVar[str] = ""
+    _given: tuple = field(default=(), compare=False, repr=False)
+    _kind: str = field(default="global", compare=False, repr=False)
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -193,8 +197,6 @@ class FeaturesConfig(_Section):
                                  kind=float, low=0, closed="neither")
     min_side: int = _key(DEFAULT_MIN_SIDE, "smaller images are refused", low=1)
     params: dict = field(default_factory=dict)
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
     @classmethod
     def _extra_keys(cls, data, where):
@@ -242,8 +244,6 @@ class LocalPCAConfig(_Section):
     section: ClassVar[str] = "local_pca"
     n_components: int = _key(64, "dimension of the RootSIFT descriptors after PCA (at most 128)", low=1, high=128)
     whiten: bool = _key(False, "whiten the reduced descriptors", kind=bool)
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -257,8 +257,6 @@ class AggregationConfig(_Section):
                         by_kind=lambda values, kind: DEFAULT_ALPHA[values.get("method", "fisher")])
     idf: bool = _key(True, "idf weighting of the BoW histogram (bow only)", kind=bool,
                      used=lambda section, kind: section.method == "bow")
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -269,8 +267,6 @@ class ProjectionConfig(_Section):
     whiten: bool = _key(False, "whiten the projected vector", kind=bool)
     renormalize: bool = _key(False, "L2-normalise again after the projection", kind=bool)
     rotation: bool = _key(False, "random orthogonal rotation after the PCA (also index.rotation)", kind=bool)
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -295,8 +291,6 @@ class IndexConfig(_Section):
     distance: str | None = _key(None, "binary: the distance the preset was designed for (informative; the ranking "
                                 "uses search.method)", kind=str, choices=BINARY_DISTANCES, nullable=True,
                                 used=_types("binary"))
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -308,8 +302,6 @@ class TrainingConfig(_Section):
     random_state: int = _key(0, "seed of every random choice of training", low=0)
     min_descriptors_per_word: int = _key(10, "small collections: the vocabulary is capped at descriptors / this",
                                          low=1)
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -327,8 +319,6 @@ class SearchConfig(_Section):
                         high=1, closed="right", used=_kinds("global", "binary"))
     alpha: float = _key(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11)",
                         kind=float, low=0, used=_kinds("object"))
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -344,8 +334,6 @@ class ObjectSearchConfig(_Section):
     min_inliers: int = _key(5, "inliers for a verified match", low=1)
     vocabulary_params: dict | None = _key(None, "extra ApproximateKMeans parameters (n_iter, nprobe, ...)",
                                           kind=dict, nullable=True)
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
 
     def searcher_kwargs(self, training: TrainingConfig) -> dict:
         """Keyword arguments of :class:`ObjectSearcher` (seed and training sample size from ``training``)."""

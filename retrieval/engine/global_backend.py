@@ -18,8 +18,17 @@ import numpy as np
 from retrieval import aggregation as A
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_random_state
-from retrieval.core.persistence import atomic_write, crash_point, load_estimator
-from retrieval.engine.backend import STATE_FORMAT, STATE_FORMAT_VERSION, Backend, read_npy, write_npy
+from retrieval.core.persistence import crash_point, load_estimator
+from retrieval.engine.backend import (
+    STATE_FORMAT,
+    STATE_FORMAT_VERSION,
+    Backend,
+    append_rows,
+    check_state_header,
+    read_npy,
+    write_npy,
+    write_state_header,
+)
 from retrieval.engine.config import AGGREGATION_METHODS
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import record_reduction, vocabulary_cap
@@ -203,30 +212,51 @@ class GlobalBackend(Backend):
     def ids(self) -> np.ndarray:
         return self._ids
 
-    def add(self, ids, features, progress=None) -> None:
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) == 0:
-            return
-        chunks = []
-        step = 64
+    def _encoded_chunks(self, features: Sequence, progress, step: int = 64):
+        """Global vectors of ``features`` by chunks of ``step`` images: yields ``(start, V (m, D'))``, then
+        reports ``progress(done, total)`` and, after the chunk holding the middle image, passes the ``encode``
+        crash point."""
         half = len(features) // 2
         for s in range(0, len(features), step):
-            chunks.append(self.encode(features[s:s + step]))
+            yield s, self.encode(features[s:s + step])
             if progress:
                 progress(min(s + step, len(features)), len(features))
             if s <= half < s + step:
                 crash_point("encode")
-        V = np.concatenate(chunks, axis=0)
-        old = np.empty((0, V.shape[1]), np.float32) if self._vectors is None else np.asarray(self._vectors)
-        self._vectors = np.concatenate([old, V], axis=0)
+
+    def _kept_rows(self, ids) -> np.ndarray | None:
+        """Mask (n,) of the stored rows whose id is not in ``ids``; None when there is nothing to remove."""
+        ids = np.asarray(list(ids), dtype=np.int64)
+        if len(ids) == 0 or len(self._ids) == 0:
+            return None
+        return ~np.isin(self._ids, ids)
+
+    def _load_ids(self, folder) -> Path | None:
+        """Start loading a generation of a codes backend: ``_codes`` reset and ``_ids`` from ``ids.npy`` of the
+        folder, whose ``state.json`` is checked (:func:`check_state_header`); folder None: an empty index. Returns
+        the folder as a Path (or None)."""
+        self._codes = None
+        if folder is None:
+            self._ids = np.empty(0, np.int64)
+            return None
+        folder = Path(folder)
+        check_state_header(folder, self.kind)
+        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
+        return folder
+
+    def add(self, ids, features, progress=None) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        V = np.concatenate([V for _, V in self._encoded_chunks(features, progress)], axis=0)
+        self._vectors = append_rows(self._vectors, V)
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
 
     def remove(self, ids) -> None:
-        ids = np.asarray(list(ids), dtype=np.int64)
-        if len(ids) == 0 or len(self._ids) == 0:
+        keep = self._kept_rows(ids)
+        if keep is None:
             return
-        keep = ~np.isin(self._ids, ids)
         self._ids = self._ids[keep]
         self._vectors = np.asarray(self._vectors)[keep]
         self.ivf = None
@@ -236,15 +266,13 @@ class GlobalBackend(Backend):
         vectors = np.zeros((0, self.dim), np.float32) if self._vectors is None else np.asarray(self._vectors)
         write_npy(folder / "ids.npy", self._ids)
         write_npy(folder / "vectors.npy", vectors)
-        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
-                  "ntotal": int(len(self._ids)), "dim": int(vectors.shape[1]), "ivfadc": False}
         ix = self.config.index
-        if ix.type == "ivfadc" and len(self._ids) >= ix.min_images:
+        with_ivfadc = ix.type == "ivfadc" and len(self._ids) >= ix.min_images
+        if with_ivfadc:
             self.ivf = self._build_ivfadc(vectors)
             self.ivf.save(folder / "ivfadc")
-            header["ivfadc"] = True
-        with atomic_write(folder / "state.json", "w") as fh:
-            json.dump(header, fh, indent=2, sort_keys=True)
+        write_state_header(folder, self.kind, ntotal=int(len(self._ids)), dim=int(vectors.shape[1]),
+                           ivfadc=with_ivfadc)
 
     def _build_ivfadc(self, vectors):
         cfg = self.config
