@@ -47,7 +47,7 @@ class PCAProjection(PersistableMixin):
     renormalize : bool
         After projection (and whitening), apply power normalisation with ``renorm_alpha`` (eq. 7) then L2.
     rotation : bool
-        Multiply the output by a random orthogonal D' x D' matrix (QR of a Gaussian matrix), drawn at ``fit``.
+        Multiply the output by a random orthogonal D' x D' matrix (:func:`retrieval.core.pca.random_rotation`), drawn at ``fit``.
     random_state : None, int or numpy.random.Generator
         Seeds the rotation and the randomised SVD.
     renorm_alpha : float in (0, 1]

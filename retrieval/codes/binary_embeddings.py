@@ -47,7 +47,7 @@ def _pca(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 def random_orthogonal(K: int, rng: np.random.Generator) -> np.ndarray:
     """Random orthogonal K x K matrix (Gordo et al. 2014, 2.2.2; the initial rotation of ITQ): the library's one
-    Haar-distributed rotation, :func:`retrieval.core.pca.random_rotation` (QR of a N(0, 1) matrix, signs fixed).
+    Haar-distributed rotation, :func:`retrieval.core.pca.random_rotation` (U V^T of the SVD of a N(0, 1) matrix).
 
     Returns
     -------

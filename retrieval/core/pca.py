@@ -16,8 +16,8 @@ Conventions, the same for all of them:
   regulariser *added* to every eigenvalue (as in the whitening of Jegou and Chum, ECCV 2012, where it keeps the
   near-zero-variance components from being blown up), *relative* to the largest eigenvalue so that the result does
   not depend on the scale of the data;
-- random rotations (:func:`random_rotation`) are Haar-distributed orthogonal matrices: the Q factor of the QR
-  decomposition of a standard Gaussian matrix, column signs fixed by the diagonal of R (Mezzadri 2007). The random
+- random rotations (:func:`random_rotation`) are Haar-distributed orthogonal matrices: the orthogonal polar factor
+  U V^T of a standard Gaussian matrix G = U S V^T (the rule of the ITQ / PCAE-RR code). The random
   orthogonal matrix of Jegou et al. 2012, sec. V-B (balancing variance across PQ sub-vectors) and of Gordo et al.
   2014, sec. 2.2.2-2.2.3 (PCAE-RR, initial rotation of ITQ) is this one.
 """
@@ -142,8 +142,10 @@ def whitening_scale(variances, eps: float) -> np.ndarray:
 
 
 def random_rotation(n: int, random_state=None) -> np.ndarray:
-    """A random orthogonal matrix, uniformly (Haar) distributed: the Q of the QR decomposition of an n x n standard
-    Gaussian matrix, with column signs fixed by the diagonal of R (Mezzadri 2007).
+    """A random orthogonal matrix, uniformly (Haar) distributed: the orthogonal polar factor ``U V^T`` of an n x n
+    standard Gaussian matrix ``G = U S V^T`` (its distribution is invariant under left and right orthogonal
+    multiplication, so is the factor's). The rule of the ITQ / PCAE-RR code of Gordo et al. 2014, sec. 2.2.2, used
+    for every random rotation of the library (Jegou et al. 2012, sec. III-D too).
 
     Parameters
     ----------
@@ -152,11 +154,9 @@ def random_rotation(n: int, random_state=None) -> np.ndarray:
 
     Returns
     -------
-    Q : ndarray of shape (n, n), dtype float64, with Q @ Q.T == I.
+    R : ndarray of shape (n, n), dtype float64, with R @ R.T == I.
     """
     check_scalar(n, "n", "random_rotation", low=1)
     rng = check_random_state(random_state)
-    Q, R = np.linalg.qr(rng.standard_normal((n, n)))
-    signs = np.sign(np.diag(R))
-    signs[signs == 0] = 1.0
-    return Q * signs[None, :]
+    u, _, vt = np.linalg.svd(rng.standard_normal((n, n)))
+    return u @ vt

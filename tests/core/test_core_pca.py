@@ -113,11 +113,15 @@ def test_whitening_rule_by_hand_and_identity_covariance():
         plain), rtol=1e-4, atol=1e-3)
 
 
-def test_random_rotation_is_the_qr_rule_and_shared():
+def test_random_rotation_is_the_polar_rule_and_shared():
     R = random_rotation(6, 11)
     G = np.random.default_rng(11).standard_normal((6, 6))
-    Q, Rr = np.linalg.qr(G)
-    np.testing.assert_allclose(R, Q * np.sign(np.diag(Rr)), atol=1e-12)
+    U, _, Vt = np.linalg.svd(G)
+    np.testing.assert_allclose(R, U @ Vt, atol=1e-12)
+    # the orthogonal polar factor: G = R P with P symmetric positive definite
+    P = R.T @ G
+    np.testing.assert_allclose(P, P.T, atol=1e-10)
+    assert np.linalg.eigvalsh((P + P.T) / 2).min() > 0
     np.testing.assert_allclose(R @ R.T, np.eye(6), atol=1e-12)
     np.testing.assert_array_equal(random_orthogonal(6, np.random.default_rng(11)), R)
     # PCAE-RR draws its rotation first from its generator, PCAProjection after the PCA
