@@ -29,6 +29,7 @@ rect.box{fill:none;stroke:#e53935;stroke-width:3;vector-effect:non-scaling-strok
 rect.qbox{stroke:#1e88e5}
 figcaption{font-size:.8em;line-height:1.35;margin-top:6px;word-break:break-all}
 .rank{font-weight:bold}
+figure.verified{border-color:#2e7d32} .verified{color:#2e7d32;font-weight:bold} .unverified{color:#777}
 """
 
 _SCRIPT = """
@@ -79,7 +80,9 @@ def render_gallery(query_path, hits: Sequence, *, query_box=None, title: str = "
     Parameters
     ----------
     query_path : str or Path — the query image
-    hits : sequence of :class:`retrieval.engine.hits.Hit` (or objects with rank, path, score, inliers, box)
+    hits : sequence of :class:`retrieval.engine.hits.Hit` (or objects with rank, path, score, inliers, box and
+        optionally similarity, verified); each caption says whether the hit is verified, and a box is drawn
+        only on a verified hit
     query_box : (x1, y1, x2, y2) or None — drawn on the query
     """
     q_caption = f"<b>query</b><br>{html.escape(str(query_path))}"
@@ -88,21 +91,31 @@ def render_gallery(query_path, hits: Sequence, *, query_box=None, title: str = "
     parts = [_figure(query_path, thumbnail_data_uri(query_path, thumb_side), query_box, q_caption, "query",
                      "qbox")]
     for hit in hits:
+        verified = bool(getattr(hit, "verified", False))
         cap = f'<span class="rank">#{hit.rank}</span> score {hit.score:.4f}'
-        if hit.inliers is not None:
-            cap += f" &middot; {int(hit.inliers)} inliers"
+        similarity = getattr(hit, "similarity", None)
+        if similarity is not None:
+            cap += f" &middot; similarity {similarity:.4f}"
+        if verified:
+            cap += '<br><span class="verified">&#10003; verified</span>'
+            if hit.inliers is not None:
+                cap += f" &middot; {int(hit.inliers)} inliers"
+        else:
+            cap += '<br><span class="unverified">not verified</span>'
         cap += f"<br>{html.escape(str(hit.path))}"
         try:
             thumb = thumbnail_data_uri(hit.path, thumb_side)
         except OSError:
             thumb = ("data:image/gif;base64,R0lGODlhAQABAAAAACw=", (1, 1))
             cap += "<br><i>(file no longer readable)</i>"
-        parts.append(_figure(hit.path, thumb, hit.box, cap, "result", "match"))
+        css = "result verified" if verified else "result"
+        parts.append(_figure(hit.path, thumb, hit.box if verified else None, cap, css, "match"))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>\n"
         f"<body data-results=\"{len(hits)}\"><h1>{html.escape(title)}</h1>"
-        f"<p class=\"meta\">{len(hits)} results &middot; boxes: query region (blue) and matched regions (red)</p>"
+        f"<p class=\"meta\">{len(hits)} results, {sum(bool(getattr(h, 'verified', False)) for h in hits)} "
+        f"verified &middot; boxes: query region (blue) and matched regions of verified results (red)</p>"
         f"<div class=\"grid\">{''.join(parts)}</div><script>{_SCRIPT}</script></body></html>\n"
     )
 

@@ -397,7 +397,8 @@ class Index(GenerationsMixin, IndexBuildMixin):
         path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
         return self.extractor(path), None
 
-    def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, **options) -> list[Hit]:
+    def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, query_expansion=None,
+               **options) -> list[Hit]:
         """Ranked results for an image (indexed path or id, or any image file), optionally restricted to a box.
 
         Parameters
@@ -406,7 +407,12 @@ class Index(GenerationsMixin, IndexBuildMixin):
         bbox : "x1,y1,x2,y2" or 4 numbers or None — pixels of the original image after EXIF orientation
         k : int — number of results
         method, rerank : str or None — override the preset's ``search.method`` / ``search.rerank``
+        query_expansion : int or None — verified hits averaged into the query (0: off), overriding the preset's
+            ``search.query_expansion``; needs spatial re-ranking
         **options : backend options (``alpha`` for the object preset's delta_1 / delta_2)
+
+        The hits are ordered by one key (:func:`retrieval.engine.hits.finish_ranking`): verified first by inliers,
+        then by ``similarity``; ``score`` never increases with ``rank`` (docs/formats.md, "Scores").
         """
         check_scalar(k, "k", "Index.search", low=1)
         for attempt in range(5):
@@ -448,7 +454,7 @@ class Index(GenerationsMixin, IndexBuildMixin):
             return f
 
         hits: list[Hit] = backend.search(feats, k=k, query_box=box, method=method, rerank=rerank,
-                                         get_features=get_features, **options)
+                                         get_features=get_features, query_expansion=query_expansion, **options)
         out = []
         for hit in hits:
             r = by_id.get(hit.id)

@@ -87,17 +87,27 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, worke
             ctx.exit(1)
 
 
+QUERY_HEADER = f"{'rank':>4}  {'score':>7}  {'similarity':>10}  {'verified':8}  {'inliers':>7}  {'box':19}  path"
+"""The column header of the ``retrieval query`` table (docs/cli.md)."""
+
+
+def format_hit(h) -> str:
+    """One row of the ``retrieval query`` table: rank, score, similarity, ``yes`` / ``no`` (verified), inliers and
+    box (``-`` when unverified), path (last: it may hold spaces)."""
+    sim = "-" if h.similarity is None else f"{h.similarity:.4f}"
+    inl = "-" if h.inliers is None else str(int(h.inliers))
+    box = "-" if h.box is None else ",".join(f"{v:.0f}" for v in h.box)
+    return (f"{h.rank:4d}  {h.score:7.4f}  {sim:>10}  {'yes' if h.verified else 'no':8}  {inl:>7}  {box:19}  "
+            f"{h.path}")
+
+
 def _print_hits(hits, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([h.to_json() for h in hits], indent=2))
         return
+    click.echo(QUERY_HEADER)
     for h in hits:
-        extra = ""
-        if h.inliers is not None:
-            extra += f"  inliers {h.inliers:4d}"
-        if h.box is not None:
-            extra += "  box " + ",".join(f"{v:.0f}" for v in h.box)
-        click.echo(f"{h.rank:4d}  {h.score:8.4f}  {h.path}{extra}")
+        click.echo(format_hit(h))
 
 
 @main.command("query")
@@ -106,19 +116,26 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
 @click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
-@json_option("Print a JSON list of {rank, path, score, inliers?, box?}.")
+@json_option("Print a JSON list of {rank, path, score, inliers?, box?, similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
 @click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
               "expectation, lower_bound; object: l1, l2, delta1, delta2).")
 @click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2 (object preset).")
 @click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
-def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank):
-    """Search the index with IMAGE: an indexed image (path or id) or any image file."""
+@click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
+              help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
+                   "[default: the preset's search.query_expansion].")
+def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank, qe):
+    """Search the index with IMAGE: an indexed image (path or id) or any image file.
+
+    The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
+    column never increases down the list (docs/formats.md, "Scores").
+    """
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
     kwargs = {} if alpha is None else {"alpha": alpha}
-    hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, **kwargs)
+    hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
     _print_hits(hits, as_json)
     if html_path:
         from retrieval.app.gallery import write_gallery

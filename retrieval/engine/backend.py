@@ -75,6 +75,20 @@ def check_state_header(folder: Path, kind: str) -> dict:
     return header
 
 
+def query_expansion_count(preset_value: int, asked, rerank: str) -> int:
+    """Verified hits averaged into the query: ``asked`` (``--qe``) or the preset's ``search.query_expansion``;
+    0 without spatial re-ranking (nothing is verified), and an explicit request then is an error."""
+    if asked is not None:
+        if isinstance(asked, bool) or not isinstance(asked, (int, np.integer)) or asked < 0:
+            raise ValueError(f"query_expansion must be an int >= 0 (verified hits averaged into the query); "
+                             f"got {asked!r}.")
+        if asked and rerank != "spatial":
+            raise ValueError(f"query expansion ({asked}) averages verified hits: it needs --rerank spatial, "
+                             f"got {rerank!r}.")
+        return int(asked)
+    return int(preset_value) if rerank == "spatial" else 0
+
+
 class Backend:
     """The interface every preset kind implements (see the module docstring)."""
 
@@ -118,5 +132,7 @@ class Backend:
         raise NotImplementedError
 
     def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               **options) -> list[Hit]:
+               query_expansion=None, **options) -> list[Hit]:
+        """Ranked hits, best first, ordered by :func:`retrieval.engine.hits.finish_ranking`; ``query_expansion``
+        (None: the preset's ``search.query_expansion``) is :func:`query_expansion_count`'s ``asked``."""
         raise NotImplementedError

@@ -20,7 +20,7 @@ from retrieval.engine.backend import (
 )
 from retrieval.engine.config import BINARY_DISTANCES
 from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.hits import Hit
+from retrieval.engine.hits import Hit, similarity_from_hamming, similarity_from_sq_distance
 from retrieval.engine.presets import record_reduction
 
 
@@ -100,9 +100,15 @@ class BinaryBackend(GlobalBackend):
             D, rows = self.embedding.search(q[None, :], min(k, n), distance=distance)
         finally:
             self.embedding.codes_ = np.zeros((0, self.embedding.nbytes), np.uint8)
-        return [Hit(int(self._ids[r]), 0.0 - float(d)) for d, r in zip(D[0], rows[0], strict=True) if r >= 0]
+        keep = rows[0] >= 0
+        d, rows = np.asarray(D[0], np.float64)[keep], rows[0][keep]
+        sims = (similarity_from_hamming(d, self.embedding.nbits) if distance == "hamming"
+                else similarity_from_sq_distance(d))
+        return [Hit(int(self._ids[r]), float(s), similarity=float(s), distance=float(x))
+                for x, r, s in zip(d, rows, sims, strict=True)]
 
-    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, **options):
+    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
+               **options):
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind binary) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -110,4 +116,5 @@ class BinaryBackend(GlobalBackend):
         if method not in BINARY_DISTANCES:
             raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
                              f"{self.preset['name']!r}; got {method!r}.")
-        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, distance=method)
+        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion,
+                            distance=method)

@@ -18,7 +18,7 @@ from retrieval.engine.backend import (
     write_state_header,
 )
 from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.hits import Hit
+from retrieval.engine.hits import Hit, similarity_from_sq_distance
 from retrieval.engine.presets import record_reduction
 from retrieval.search import IVFADC
 
@@ -153,6 +153,8 @@ class CodesBackend(GlobalBackend):
             self.ivf = IVFADC.load(folder / "ivfadc", mmap=True)
 
     def first_stage(self, q, k):
+        """Top ``k`` by ADC distance; ``distance`` = the squared ADC distance, ``similarity`` = ``1 - d / 4``
+        (:func:`retrieval.engine.hits.similarity_from_sq_distance`)."""
         n = len(self._ids)
         if n == 0:
             return []
@@ -160,6 +162,9 @@ class CodesBackend(GlobalBackend):
         if self.itype == "adc":
             tables = self.pq.compute_distance_tables(q[None, :])
             D, rows = lut_scan_topk(tables, np.ascontiguousarray(self._codes), kk)
-            return [Hit(int(self._ids[r]), 0.0 - float(d)) for d, r in zip(D[0], rows[0], strict=True) if r >= 0]
-        D, found = self.ivf.search(q[None, :], kk)
-        return [Hit(int(i), 0.0 - float(d)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
+            pairs = [(float(d), int(self._ids[r])) for d, r in zip(D[0], rows[0], strict=True) if r >= 0]
+        else:
+            D, found = self.ivf.search(q[None, :], kk)
+            pairs = [(float(d), int(i)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
+        sims = similarity_from_sq_distance([d for d, _ in pairs])
+        return [Hit(i, float(s), similarity=float(s), distance=d) for (d, i), s in zip(pairs, sims, strict=True)]

@@ -4,7 +4,9 @@ RootSIFT, local PCA to 64-d, a Fisher vector or VLAD (Jegou et al. 2012, eq. 6 /
 eq. 7) or a BoW, optional PCA of the aggregated vector, then exhaustive inner-product search, or IVFADC (Jegou et
 al. 2012, sec. V-A) once the collection has ``index.min_images`` images. Spatial re-ranking of a shortlist
 (:func:`retrieval.rerank.spatial.spatial_rerank`, Philbin et al. 2007) is shared with the codes-only and binary
-backends, which derive from :class:`GlobalBackend`.
+backends, which derive from :class:`GlobalBackend`, as are the ordering of the results
+(:func:`retrieval.engine.hits.finish_ranking`: verified first by inliers, then by similarity) and the optional
+average query expansion from verified hits (``search.query_expansion``, Chum et al. 2007).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from retrieval.engine.backend import (
     Backend,
     append_rows,
     check_state_header,
+    query_expansion_count,
     read_npy,
     write_npy,
     write_state_header,
 )
 from retrieval.engine.config import AGGREGATION_METHODS
-from retrieval.engine.hits import Hit
+from retrieval.engine.hits import Hit, finish_ranking, similarity_from_ip
 from retrieval.engine.presets import record_reduction, vocabulary_cap
 from retrieval.features.pca import LocalPCA
 from retrieval.features.rootsift import root_sift
@@ -307,7 +310,8 @@ class GlobalBackend(Backend):
 
     # ------------------------------------------------------------------ search
     def first_stage(self, q: np.ndarray, k: int) -> list[Hit]:
-        """Top ``k`` by inner product (exhaustive) or by IVFADC distance then exact inner product."""
+        """Top ``k`` by inner product (exhaustive) or by IVFADC distance then exact inner product; ``similarity``
+        = ``(1 + ip) / 2`` (:func:`retrieval.engine.hits.similarity_from_ip`)."""
         n = len(self._ids)
         if n == 0:
             return []
@@ -322,10 +326,11 @@ class GlobalBackend(Backend):
         kk = min(k, len(rows))
         top = np.argpartition(-scores, kk - 1)[:kk]
         top = top[np.lexsort((self._ids[rows[top]], -scores[top]))]
-        return [Hit(int(self._ids[rows[t]]), float(scores[t])) for t in top]
+        sims = similarity_from_ip(scores[top])
+        return [Hit(int(self._ids[rows[t]]), float(s), similarity=float(s)) for t, s in zip(top, sims, strict=True)]
 
     def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               **options) -> list[Hit]:
+               query_expansion=None, **options) -> list[Hit]:
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind global) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -333,20 +338,77 @@ class GlobalBackend(Backend):
         if method not in ("ip",):
             raise ValueError(f"--method {method!r} is not offered by preset {self.preset['name']!r} "
                              f"(kind global): use 'ip' (inner product of global vectors).")
-        return self._ranked(query, query_box, get_features, k=k, rerank=rerank)
+        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion)
 
-    def _ranked(self, query, query_box, get_features, *, k: int, rerank, **first_stage_options) -> list[Hit]:
-        """First-stage ranking of the encoded query, then optional spatial re-ranking of the shortlist."""
+    def _ranked(self, query, query_box, get_features, *, k: int, rerank, query_expansion=None,
+                **first_stage_options) -> list[Hit]:
+        """First-stage ranking of the encoded query, optional spatial re-ranking of the shortlist and average
+        query expansion, ordered by :func:`retrieval.engine.hits.finish_ranking`."""
         s = self.config.search
         rerank = rerank or s.rerank
         if rerank not in ("none", "spatial"):
             raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
+        n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
         q = self.encode([query])[0]
-        shortlist = s.shortlist
-        hits = self.first_stage(q, max(k, shortlist) if rerank == "spatial" else k, **first_stage_options)
-        if rerank == "spatial":
-            hits = spatial_rerank(hits, query, query_box, get_features, shortlist=shortlist,
-                                  min_inliers=s.min_inliers, ratio=s.ratio,
-                                  describe=self._describe)
+        depth = max(k, s.shortlist) if rerank == "spatial" else k
+        hits = self.first_stage(q, depth, **first_stage_options)
+        if rerank != "spatial":
+            return finish_ranking(hits, reranked=False)[:k]
+
+        def verify(candidates):
+            return spatial_rerank(candidates, query, query_box, get_features, shortlist=len(candidates),
+                                  min_inliers=s.min_inliers, ratio=s.ratio, describe=self._describe)
+
+        checked = verify(hits[:s.shortlist])
+        hits = finish_ranking(checked + hits[s.shortlist:], reranked=True)
+        if n_qe:
+            hits = self._expanded(q, hits, {h.id: h for h in checked}, n_qe, depth, verify, get_features,
+                                  first_stage_options)
         return hits[:k]
+
+    def _vectors_of(self, ids, get_features) -> np.ndarray:
+        """Global vectors (m, D') of indexed images: the stored rows, or re-encoded from their features (backends
+        that keep only codes)."""
+        if self._vectors is not None:
+            pos = {int(i): r for r, i in enumerate(self._ids.tolist())}
+            return np.asarray(self._vectors[[pos[int(i)] for i in ids]], dtype=np.float32)
+        return self.encode([get_features(int(i)) for i in ids])
+
+    def _expanded(self, q, hits, checked, n_qe, depth, verify, get_features, first_stage_options) -> list[Hit]:
+        """Average query expansion (Chum et al. 2007): the query vector plus the vectors of the ``n_qe`` best
+        verified hits (skipping the query's own image: inner product with the query above 1 - 1e-5),
+        L2-normalised, searched again. Hits verified (or rejected) in the first round keep that
+        outcome; new shortlist entries are verified against the original query. Verified hits of the first round
+        that the second search misses are kept, with their similarity to the expanded query."""
+        cand = [h for h in hits if h.verified][:n_qe + 1]
+        V = self._vectors_of([h.id for h in cand], get_features) if cand else np.zeros((0, len(q)), np.float32)
+        V = V[V @ q < 1.0 - 1e-5][:n_qe]  # the query's own image (or an exact copy) adds nothing: skipped
+        if len(V) == 0:
+            return hits
+        q2 = q.astype(np.float64) + V.sum(axis=0)
+        norm = float(np.linalg.norm(q2))
+        if norm == 0:
+            return hits
+        q2 = (q2 / norm).astype(np.float32)
+        shortlist = self.config.search.shortlist
+        second = self.first_stage(q2, depth, **first_stage_options)
+        fresh = [h for h in second[:shortlist] if h.id not in checked]
+        done = {h.id: h for h in verify(fresh)} if fresh else {}
+        out = []
+        for h in second:
+            old = checked.get(h.id)
+            if old is not None:
+                h.verified, h.inliers, h.box = old.verified, old.inliers, old.box
+            elif h.id in done:
+                h = done[h.id]
+            out.append(h)
+        seen = {h.id for h in out}
+        missing = [h for h in hits if h.verified and h.id not in seen]
+        if missing:
+            sims = similarity_from_ip(self._vectors_of([h.id for h in missing], get_features) @ q2)
+            for h, sim in zip(missing, sims, strict=True):
+                h.similarity = float(sim)
+            out.extend(missing)
+        return finish_ranking(out, reranked=True)
+

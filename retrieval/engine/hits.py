@@ -1,9 +1,25 @@
-"""The one result record of every search: :class:`Hit`, from a backend's first stage through spatial re-ranking
-to :meth:`retrieval.app.index.Index.search` and ``retrieval query``."""
+"""The one result record of every search, :class:`Hit`, and the one ordering key of every ranked list.
+
+A backend's first stage gives each hit a ``similarity`` in [0, 1] (larger = more similar; the per-preset mappings
+are the ``similarity_from_*`` functions below and docs/formats.md); spatial re-ranking may then mark hits
+``verified``. :func:`finish_ranking` applies the ordering key and writes ``score``:
+
+- verified hits first, by decreasing inliers, ties by decreasing similarity:
+  ``score = 1 + inliers / (inliers + VERIFIED_SCALE)``, in (1, 2);
+- then unverified hits, by decreasing similarity (ties: first-stage order): ``score = similarity``, in [0, 1].
+
+So ``score`` never increases with the rank, and a score above 1 means "verified". Without re-ranking no hit is
+verified and ``score == similarity``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+VERIFIED_SCALE = 10.0
+"""``c`` of the verified score ``1 + inliers / (inliers + c)``: 10 inliers give 1.5, 30 give 1.75."""
 
 
 @dataclass
@@ -16,19 +32,26 @@ class Hit:
         Image id (the catalog's ``images.id`` in an index; the caller's id for
         :class:`retrieval.engine.object_search.ObjectSearcher`).
     score : float
-        The ranking score. For the backends and :meth:`Index.search <retrieval.app.index.Index.search>`, higher
-        is better: the inner product of unit vectors (``global``), minus the asymmetric or ADC distance
-        (``binary``, codes-only ``global``), minus the dissimilarity (``object``). ``ObjectSearcher.search``
-        itself reports the dissimilarity (smaller is better), which the object backend negates.
+        The ranking key, non-increasing with the rank (:func:`finish_ranking`): ``1 + inliers / (inliers + 10)``
+        for a verified hit (in (1, 2)), ``similarity`` for an unverified one (in [0, 1]).
     inliers : int or None
-        Spatially verified inliers (counted one-to-one) when the hit went through spatial re-ranking, else None.
+        One-to-one inliers of the geometric verification, set only when ``verified``.
     box : tuple of 4 float or None
-        The matched region ``(x1, y1, x2, y2)`` in the result image (original pixels after EXIF orientation),
-        when verified.
+        The matched region ``(x1, y1, x2, y2)`` in the result image (original pixels after EXIF orientation); only
+        on a verified hit (and None there too when the projected query box falls outside the image).
     rank : int or None
         1 = best; set by :meth:`Index.search <retrieval.app.index.Index.search>`.
     path : str or None
         Absolute path of the indexed image; set by :meth:`Index.search <retrieval.app.index.Index.search>`.
+    similarity : float or None
+        The first-stage score mapped to [0, 1], larger = more similar (docs/formats.md, "Scores"); set for every hit
+        a backend returns.
+    verified : bool
+        Geometric verification vouches for this hit (only spatial re-ranking sets it).
+    distance : float or None
+        The first stage's own distance or dissimilarity (smaller = closer) when it ranks by one: the object
+        preset's l1 / l2 / delta_1 / delta_2 (Zhu et al. 2013; delta_1 may be negative), the ADC squared distance,
+        the binary codes' distance; None for the inner product.
     """
 
     id: int
@@ -37,13 +60,69 @@ class Hit:
     box: tuple[float, float, float, float] | None = None
     rank: int | None = None
     path: str | None = None
+    similarity: float | None = None
+    verified: bool = False
+    distance: float | None = None
 
     def to_json(self) -> dict:
-        """The ``retrieval query --json`` object (docs/formats.md): ``rank``, ``path``, ``score`` (6 decimals), and
-        ``inliers`` / ``box`` (1 decimal) only when they are set."""
+        """The ``retrieval query --json`` object (docs/formats.md): ``rank``, ``path``, ``score``, ``similarity``
+        (6 decimals), ``verified``, and ``inliers`` / ``box`` (1 decimal) / ``distance`` (6 decimals) only when
+        they are set."""
         out = {"rank": self.rank, "path": self.path, "score": round(float(self.score), 6)}
         if self.inliers is not None:
             out["inliers"] = int(self.inliers)
         if self.box is not None:
             out["box"] = [round(float(v), 1) for v in self.box]
+        out["similarity"] = None if self.similarity is None else round(float(self.similarity), 6)
+        out["verified"] = bool(self.verified)
+        if self.distance is not None:
+            out["distance"] = round(float(self.distance), 6)
         return out
+
+
+def verified_by_rerank(hit: Hit) -> bool:
+    """Whether spatial re-ranking verified ``hit`` (:func:`retrieval.rerank.spatial.spatial_rerank` sets
+    ``hit.verified`` from :func:`retrieval.rerank.verification.verify`). The one place that reads the decision."""
+    return bool(hit.verified)
+
+
+def rank_score(similarity: float, verified: bool, inliers: int | None) -> float:
+    """The ordering key as a number: ``1 + inliers / (inliers + VERIFIED_SCALE)`` when verified, else
+    ``similarity`` (see the module docstring)."""
+    if verified:
+        n = max(int(inliers or 0), 0)
+        return 1.0 + n / (n + VERIFIED_SCALE) if n else 1.0
+    return float(similarity)
+
+
+def finish_ranking(hits: list[Hit], *, reranked: bool) -> list[Hit]:
+    """Apply the ordering key to ``hits`` (first-stage order, ``similarity`` set) and return them re-ordered.
+
+    ``reranked``: spatial re-ranking ran on (a prefix of) the hits; their ``verified`` flag is read by
+    :func:`verified_by_rerank`. An unverified hit loses ``inliers`` and ``box``; ``score`` is written on every
+    hit (:func:`rank_score`). The sort is stable: ties keep the first-stage order.
+    """
+    for hit in hits:
+        if hit.similarity is None:
+            raise ValueError(f"hit {hit.id}: similarity is not set; every first stage must set it.")
+        hit.verified = bool(reranked and verified_by_rerank(hit))
+        if not hit.verified:
+            hit.inliers, hit.box = None, None
+        hit.score = rank_score(hit.similarity, hit.verified, hit.inliers)
+    return sorted(hits, key=lambda h: (not h.verified, -(h.inliers or 0) if h.verified else 0, -h.similarity))
+
+
+def similarity_from_ip(ip):
+    """Inner product of unit vectors (cosine, in [-1, 1]) -> ``(1 + ip) / 2`` clipped to [0, 1]."""
+    return np.clip((1.0 + np.asarray(ip, dtype=np.float64)) / 2.0, 0.0, 1.0)
+
+
+def similarity_from_sq_distance(d):
+    """Squared Euclidean distance between (estimates of) unit vectors, ``2 - 2 cos`` -> ``1 - d / 4`` =
+    ``(1 + cos) / 2``, clipped to [0, 1] (ADC distances, the asymmetric distances of binary codes)."""
+    return np.clip(1.0 - np.asarray(d, dtype=np.float64) / 4.0, 0.0, 1.0)
+
+
+def similarity_from_hamming(d, nbits: int):
+    """Hamming distance of ``nbits``-bit codes -> ``1 - d / nbits``."""
+    return np.clip(1.0 - np.asarray(d, dtype=np.float64) / float(nbits), 0.0, 1.0)

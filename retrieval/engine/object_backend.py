@@ -4,7 +4,6 @@ BoW in an inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranki
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from retrieval.engine.backend import (
     STATE_FORMAT_VERSION,
     Backend,
     check_state_header,
+    query_expansion_count,
     read_npy,
     write_npy,
 )
@@ -108,7 +108,8 @@ class ObjectBackend(Backend):
         self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
         self.searcher = ObjectSearcher.load(folder / "searcher")
 
-    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, **options) -> list[Hit]:
+    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
+               **options) -> list[Hit]:
         s = self.config.search
         method = method or s.method
         if method not in OBJECT_METHODS:
@@ -122,9 +123,10 @@ class ObjectBackend(Backend):
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
+        n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
         if len(self._ids) == 0:
             return []
-        # the searcher verifies with the frames it stores itself (get_features=None)
-        hits = self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank)
-        # the searcher's score is a dissimilarity (smaller is better): report its negation
-        return [replace(h, score=0.0 - h.score) for h in hits]
+        # the searcher verifies with the frames it stores itself (get_features=None); its hits carry the
+        # dissimilarity as ``distance``, its normalisation as ``similarity`` and the ranking key as ``score``
+        extra = {"query_expansion": n_qe} if n_qe else {}
+        return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank, **extra)

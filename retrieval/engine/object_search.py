@@ -31,12 +31,11 @@ from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
-from retrieval.engine.hits import Hit
+from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
-from retrieval.rerank.spatial import distinct_inliers
-from retrieval.rerank.verification import verify_affine
+from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 from retrieval.search import dissimilarities as dis
 from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
 
@@ -78,7 +77,7 @@ class ObjectSearcher:
     """
 
     def __init__(self, n_words: int = 100_000, *, assignment: str = "hard", idf: bool = True,
-                 shortlist: int = 200, min_inliers: int = 5, rootsift: bool = True,
+                 shortlist: int = 200, min_inliers: int = DEFAULT_MIN_INLIERS, rootsift: bool = True,
                  max_train_descriptors: int = 1_000_000, vocabulary_params: dict | None = None,
                  random_state=None):
         self.n_words = n_words
@@ -187,18 +186,16 @@ class ObjectSearcher:
                 out[n] = dis.delta2(Q, T, weight)[0]
         return out
 
-    def _verify(self, q_frames, q_words, i, get_features):
-        """Spatial verification of database image i: (inliers, transform or None)."""
+    def _verify(self, q_frames, q_words, i, get_features) -> Verification | None:
+        """The library's one geometric verification (:func:`retrieval.rerank.verification.verify`) of database
+        image i on the query's word matches; None when there are fewer than 3 matches."""
         words, _, frames, _ = self._fwd[int(i)]
         if get_features is not None:
             frames = np.asarray(get_features(int(i)).frames, np.float32)
-        db_words = words[:, 0]
-        matches = _word_matches(q_words, db_words)
+        matches = _word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
-            return 0, None
-        mask, transform = verify_affine(q_frames, frames, matches)
-        n_in = distinct_inliers(matches, mask)
-        return n_in, (None if transform is None else np.asarray(transform, np.float64))
+            return None
+        return verify(q_frames, frames, matches, min_inliers=self.min_inliers)
 
     def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
                rerank: str = "spatial", get_features=None, query_expansion: bool = False,
@@ -214,22 +211,27 @@ class ObjectSearcher:
         alpha : float -- alpha_1 (eq. 9) or alpha_2 (eq. 11)
         rerank : {"none", "exact", "spatial"}
         get_features : callable(id) -> LocalFeatures or None -- frames for verification (default: stored ones)
-        query_expansion : bool -- average query expansion (needs rerank="spatial")
+        query_expansion : int or bool -- average query expansion from this many verified images (True: 10,
+            False or 0: off; needs rerank="spatial")
         exclude : iterable of ids or None -- ids never returned (e.g. the query image itself)
 
         Returns
         -------
-        list of :class:`retrieval.engine.hits.Hit`, best first (verified images by decreasing inliers, then by
-        score). ``score`` is the dissimilarity (smaller is better); ``inliers`` is set (0 below ``min_inliers``)
-        only with ``rerank="spatial"``, ``box`` only for verified images (None when the projected box falls
-        outside the database image).
+        list of :class:`retrieval.engine.hits.Hit`, best first, ordered by
+        :func:`retrieval.engine.hits.finish_ranking` (verified images by decreasing inliers, then the rest by
+        similarity). ``distance`` is the dissimilarity (smaller is better), ``similarity`` its normalisation to
+        [0, 1] (:func:`object_similarity`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
+        with ``rerank="spatial"``; ``box`` is None on a verified image whose projected box falls outside it.
         """
         check_is_fitted(self, ["vocabulary_"])
         check_scalar(k, "k", "ObjectSearcher.search", low=1)
         check_choice(method, "method", "ObjectSearcher.search", METHODS)
         check_scalar(alpha, "alpha", "ObjectSearcher.search", kind=numbers.Real, low=0, closed="neither")
         check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
-        if query_expansion and rerank != "spatial":
+        n_qe = 10 if query_expansion is True else int(query_expansion or 0)
+        if n_qe < 0:
+            raise ValueError(f"query_expansion must be >= 0 (verified images averaged); got {query_expansion!r}.")
+        if n_qe and rerank != "spatial":
             raise ValueError("query_expansion needs rerank='spatial' (it averages verified results).")
         if bbox is not None:
             box = parse_box(bbox)
@@ -245,9 +247,9 @@ class ObjectSearcher:
         excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
         hits, verified = self._search_hist(qw, qtf, q_frames, q_words[:, 0], box, k, method, float(alpha), rerank,
                                            get_features, excl)
-        if query_expansion and verified:
+        if n_qe and verified:
             hw, htf = [qw], [qtf]
-            for hit in verified[:10]:
+            for hit in verified[:n_qe]:
                 words, weights, frames, _ = self._fwd[hit.id]
                 inside = select_in_box(frames, hit.box)
                 if inside.any():
@@ -272,23 +274,23 @@ class ObjectSearcher:
         top = topk_smallest(scores, R)
         ids = inv.ids_[top]
         sc = scores[top]
+        qv = qtf * inv.idf_[qw]
         if rerank == "none":
-            return [Hit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
+            return _hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
         sc = self._exact(qw, qtf, ids, method, weight)
         order = np.lexsort((np.arange(len(ids)), sc))
         ids, sc = ids[order], sc[order]
+        sims = object_similarity(sc, method, qv, weight)
         if rerank == "exact":
-            return [Hit(int(i), float(s)) for i, s in zip(ids[:k], sc[:k], strict=True)], []
-        inl = np.zeros(len(ids), dtype=np.int64)
-        boxes = [None] * len(ids)
-        for n, i in enumerate(ids):
-            n_in, T = self._verify(q_frames, q_hard, i, get_features)
-            if n_in >= self.min_inliers and T is not None:
-                inl[n] = n_in
-                boxes[n] = project_box(box, T, self._fwd[int(i)][3])
-        order = np.lexsort((np.arange(len(ids)), sc, -inl))
-        hits = [Hit(int(ids[n]), float(sc[n]), int(inl[n]), boxes[n]) for n in order]
-        verified = [h for h in hits if h.inliers >= self.min_inliers and h.box is not None]
+            return _hits(ids[:k], sc[:k], sims[:k]), []
+        hits = _hits(ids, sc, sims)
+        for hit in hits:
+            v = self._verify(q_frames, q_hard, hit.id, get_features)
+            if v is not None and v.verified:
+                hit.verified, hit.inliers = True, int(v.inliers)
+                hit.box = project_box(box, v.transform, self._fwd[hit.id][3])
+        hits = finish_ranking(hits, reranked=True)
+        verified = [h for h in hits if h.verified and h.box is not None]
         return hits[:k], verified
 
     # ------------------------------------------------------------------ persistence
@@ -344,6 +346,41 @@ class ObjectSearcher:
             obj._fwd[int(i)] = (ld["words"][a:b], ld["weights"][a:b], ld["frames"][a:b],
                                 tuple(int(v) for v in ld["sizes"][j]))
         return obj
+
+
+def object_similarity(d, method: str, qv, weight: float) -> np.ndarray:
+    """The dissimilarities ``d`` (n,) of one query mapped to a similarity in [0, 1], larger = more similar,
+    decreasing in ``d`` (the ranking is unchanged). ``qv``: the query's idf-weighted histogram values; ``weight``:
+    wbar (delta1, Zhu et al. 2013, eq. 9) or w (delta2, eq. 11).
+
+    - l1 (eq. 1, L1-normalised histograms, d in [0, 2]): ``1 - d / 2``;
+    - l2 (eq. 1, L2-normalised non-negative histograms): ``1 - d**2 / 2``, the cosine of the histograms;
+    - delta1 (eq. 8): ``d`` is at least ``d_min = (1 - max(wbar, 1)) ||Q||_1`` (reached when T = Q for wbar >= 1);
+      ``||Q||_1 / (||Q||_1 + d - d_min)`` -- 1 for a copy of the query, 1/2 when the excess dissimilarity
+      ``d - d_min = ||max(T - Q, 0)||_1 + (wbar - 1) ||max(Q - T, 0)||_1`` equals the query's mass;
+    - delta2 (eq. 10, d >= 0, 0 when T = Q): ``||Q||_2 / (||Q||_2 + d)``.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    qv = np.asarray(qv, dtype=np.float64)
+    if method == "l1":
+        s = 1.0 - d / 2.0
+    elif method == "l2":
+        s = 1.0 - d * d / 2.0
+    elif method == "delta1":
+        n1 = float(qv.sum())
+        excess = np.maximum(d - (1.0 - max(float(weight), 1.0)) * n1, 0.0)
+        s = n1 / (n1 + excess) if n1 > 0 else np.zeros_like(d)
+    elif method == "delta2":
+        n2 = float(np.sqrt((qv * qv).sum()))
+        s = n2 / (n2 + np.maximum(d, 0.0)) if n2 > 0 else np.zeros_like(d)
+    else:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}.")
+    return np.clip(s, 0.0, 1.0)
+
+
+def _hits(ids, d, sims) -> list[Hit]:
+    """Unverified hits in this order: ``score = similarity``, ``distance = d``."""
+    return [Hit(int(i), float(s), similarity=float(s), distance=float(x)) for i, x, s in zip(ids, d, sims, strict=True)]
 
 
 def _word_matches(q_words, db_words, max_pairs_per_word: int = 16):

@@ -79,7 +79,7 @@ def _global(name, description, agg, k, *, projection=128, index=None, paper=None
                                                        "renormalize": False},
         "index": index or {"type": "flat"},
         "training": dict(TRAINING),
-        "search": {"method": "ip", "rerank": "none", "shortlist": 50, "min_inliers": 6, "ratio": 0.85},
+        "search": {"method": "ip", "rerank": "none", "shortlist": 50, "min_inliers": 9, "ratio": 0.85},
         "paper": paper or {},
     }
 
@@ -144,7 +144,7 @@ def build() -> dict:
                                     "{hamming,expectation,lower_bound}"})
         p["kind"] = "binary"
         p["index"] = {"type": "binary", "embedding": emb, "bits": 128, "distance": "hamming"}
-        p["search"] = {"method": "hamming", "rerank": "none", "shortlist": 50, "min_inliers": 6, "ratio": 0.85}
+        p["search"] = {"method": "hamming", "rerank": "none", "shortlist": 50, "min_inliers": 9, "ratio": 0.85}
         out[name] = p
     for key, method, assignment, rerank, row in (
         ("l1-soft", "l1", "soft", "none", "selected (soft, l1)"),

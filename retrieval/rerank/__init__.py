@@ -11,7 +11,14 @@ from retrieval.rerank.matching import (
     tentative_matches,
 )
 from retrieval.rerank.spatial import spatial_rerank
-from retrieval.rerank.verification import verify_affine
+from retrieval.rerank.verification import (
+    DEFAULT_MIN_INLIERS,
+    Verification,
+    model_problem,
+    verify,
+    verify_affine,
+)
 
-__all__ = ["MatchResult", "box_iou", "clip_box", "find_homography", "match_descriptors", "match_features",
-           "match_images", "project_box", "spatial_rerank", "tentative_matches", "verify_affine"]
+__all__ = ["DEFAULT_MIN_INLIERS", "MatchResult", "Verification", "box_iou", "clip_box", "find_homography", "match_descriptors", "match_features",
+           "match_images", "project_box", "spatial_rerank", "model_problem", "tentative_matches", "verify",
+           "verify_affine"]

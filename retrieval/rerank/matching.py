@@ -3,7 +3,8 @@
 Tentative matches (:func:`tentative_matches`, the one ratio test of the library, also used by spatial re-ranking):
 nearest neighbours filtered by Lowe's ratio test (Lowe 2004, section 7.1: distance to the nearest over distance to
 the second nearest < ``ratio``) and/or mutual nearest neighbours; :func:`match_descriptors` runs it in RootSIFT
-space (Arandjelovic & Zisserman 2012). Homography: OpenCV's USAC framework (MAGSAC++ by default; Barath et al. 2020).
+space (Arandjelovic & Zisserman 2012). Verification: :func:`retrieval.rerank.verification.verify` (the one geometric verification); the homography of a
+verified pair is refined with OpenCV's USAC framework (MAGSAC++ by default; Barath et al. 2020).
 """
 
 from __future__ import annotations
@@ -267,14 +268,19 @@ class MatchResult:
     ----------
     n_features : (int, int)
     tentative : int
-        Tentative matches of the descriptor stage.
+        Candidate matches the inliers are drawn from: the ratio-test / mutual matches, plus the guided matches
+        when guided matching ran (so ``inliers <= tentative`` always).
     inliers : int
-        Matches consistent with ``homography`` (final estimator's inliers).
+        One-to-one matches consistent with ``homography`` (0 when not verified).
     homography : ndarray of shape (3, 3), float64, or None
-        Maps pixels of A to pixels of B (original coordinates after EXIF orientation).
+        Maps pixels of A to pixels of B (original coordinates after EXIF orientation); None unless ``verified``.
     inlier_pairs : ndarray of shape (inliers, 2), int64
         ``(index in A, index in B)``.
     tentative_pairs : ndarray of shape (tentative, 2), int64
+    verified : bool
+        The decision of :func:`retrieval.rerank.verification.verify` (the one geometric verification).
+    reason : str or None
+        Why the pair is not verified.
     features_a, features_b : LocalFeatures or None
     """
 
@@ -287,51 +293,81 @@ class MatchResult:
     features_a: object = None
     features_b: object = None
     params: dict = field(default_factory=dict)
+    verified: bool = False
+    reason: str | None = None
 
     def to_json(self) -> dict:
         """The stable ``--json`` schema of ``retrieval match`` (docs/cli.md)."""
-        return {"n_features": [int(v) for v in self.n_features], "tentative": int(self.tentative),
+        return {"verified": bool(self.verified), "reason": self.reason,
+                "n_features": [int(v) for v in self.n_features], "tentative": int(self.tentative),
                 "inliers": int(self.inliers),
                 "homography": None if self.homography is None else [[float(v) for v in r] for r in self.homography],
                 "params": self.params}
 
 
+def _agrees(H_new, H_verified, xy_inliers_a, xy_b) -> bool:
+    """The refit keeps the verified model: at the verified inliers of A, the two maps differ by less than 3 % of
+    the extent of B's features (the verifier's inlier tolerance) in median."""
+    ext = float(np.hypot(*(xy_b.max(axis=0) - xy_b.min(axis=0))))
+    diff = np.linalg.norm(apply_homography(H_new, xy_inliers_a) - apply_homography(H_verified, xy_inliers_a), axis=1)
+    return bool(np.median(diff) < 0.03 * ext)
+
+
 def match_features(fa, fb, *, ratio: float | None = 0.9, mutual: bool = True, method: str = "magsac",
                    threshold: float = 3.0, guided: bool = True, guided_radius: float = 6.0,
-                   random_state: int | None = 0) -> MatchResult:
-    """Match two :class:`LocalFeatures` and estimate the homography A -> B.
+                   random_state: int | None = 0, min_inliers: int | None = None) -> MatchResult:
+    """Match two :class:`LocalFeatures`, verify the pair and estimate the homography A -> B.
 
     1. tentative matches on RootSIFT (:func:`match_descriptors`: ratio test and/or mutual NN);
-    2. robust homography (:func:`find_homography`, MAGSAC++ by default);
-    3. when ``guided``: guided matching (:func:`guided_candidates` within ``guided_radius`` px of the
-       prediction) adds the correspondences the ratio test rejected, and the homography is estimated again on
-       them (the first estimate is kept if this fails).
+    2. the decision: :func:`retrieval.rerank.verification.verify` (affine hypotheses from single frame
+       correspondences, local optimisation, homography refit, degenerate models rejected, one-to-one inliers,
+       ``min_inliers``, default ``DEFAULT_MIN_INLIERS``); an unverified pair gets no homography;
+    3. precise refit of a verified pair: OpenCV USAC (:func:`find_homography`, MAGSAC++ by default, ``threshold``
+       px) on the tentative matches, kept when it agrees with the verified model at its inliers, then, when ``guided``, guided matching (:func:`guided_candidates` within
+       ``guided_radius`` px of the prediction) adds the correspondences the ratio test rejected and the
+       homography is estimated again on them; a refit is kept only when it is not degenerate
+       (:func:`retrieval.rerank.verification.model_problem`) and keeps at least as many inliers, else the
+       verified model stays.
 
     Returns
     -------
     MatchResult
     """
+    from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, model_problem, one_to_one, verify
+
     check_scalar(guided_radius, "guided_radius", "match_features", kind=numbers.Real, low=0.0, closed="neither")
+    min_inliers = DEFAULT_MIN_INLIERS if min_inliers is None else min_inliers
     na, nb = len(fa), len(fb)
     params = {"ratio": ratio, "mutual": mutual, "method": method, "threshold": threshold, "guided": guided,
-              "guided_radius": guided_radius}
+              "guided_radius": guided_radius, "min_inliers": min_inliers}
     empty = np.zeros((0, 2), np.int64)
     if na == 0 or nb == 0:
-        return MatchResult((na, nb), 0, 0, None, empty, empty, fa, fb, params)
+        return MatchResult((na, nb), 0, 0, None, empty, empty, fa, fb, params, False, "no features")
     m = match_descriptors(fa.descriptors, fb.descriptors, ratio=ratio, mutual=mutual)
-    H, inl = find_homography(fa.xy[m[:, 0]], fb.xy[m[:, 1]], method=method, threshold=threshold,
-                             random_state=random_state)
-    pairs = m[inl]
-    if H is not None and guided:
-        c = guided_candidates(fa.descriptors, fb.descriptors, fa.xy, fb.xy, H, guided_radius)
-        c = np.unique(np.concatenate([c, pairs]), axis=0) if len(c) else pairs
+    v = verify(fa.frames, fb.frames, m, min_inliers=min_inliers)
+    if not v.verified:
+        return MatchResult((na, nb), len(m), 0, None, empty, m, fa, fb, params, False, v.reason)
+    region = (*fa.xy.min(axis=0), *fa.xy.max(axis=0))
+    H, pairs, cands = v.transform, m[v.inlier_mask], m
+
+    def refit(c):
         H2, inl2 = find_homography(fa.xy[c[:, 0]], fb.xy[c[:, 1]], method=method, threshold=threshold,
                                    random_state=random_state)
-        if H2 is not None and inl2.sum() >= len(pairs):
-            H, pairs = H2, c[inl2]
-    if H is None:
-        pairs = empty
-    return MatchResult((na, nb), len(m), len(pairs), H, pairs, m, fa, fb, params)
+        if H2 is None or model_problem(H2, region) is not None:
+            return None, empty
+        r = transfer_error(H2, fa.xy[c[:, 0]], fb.xy[c[:, 1]])
+        return H2, c[one_to_one(c, inl2, r)]
+
+    H2, p2 = refit(m)
+    if H2 is not None and len(p2) >= min_inliers and _agrees(H2, H, fa.xy[pairs[:, 0]], fb.xy):
+        H, pairs = H2, p2
+        if guided:
+            g = guided_candidates(fa.descriptors, fb.descriptors, fa.xy, fb.xy, H, guided_radius)
+            c = np.unique(np.concatenate([g, pairs]), axis=0) if len(g) else pairs
+            H3, p3 = refit(c)
+            if H3 is not None and len(p3) >= len(pairs):
+                H, pairs, cands = H3, p3, c
+    return MatchResult((na, nb), len(cands), len(pairs), H, pairs, cands, fa, fb, params, True, None)
 
 
 def match_images(path_a, path_b, *, extractor=None, store=None, **params) -> MatchResult:
@@ -351,7 +387,7 @@ def match_images(path_a, path_b, *, extractor=None, store=None, **params) -> Mat
     if extractor is None:
         extractor = FeatureExtractor(MATCH_DEFAULTS["detector"], max_side=MATCH_DEFAULTS["max_side"])
     kw = {k: v for k, v in MATCH_DEFAULTS.items() if k not in ("detector", "max_side")}
-    unknown = set(params) - set(kw) - {"random_state"}
+    unknown = set(params) - set(kw) - {"random_state", "min_inliers"}
     if unknown:
         raise ValueError(f"Unknown parameter(s) {sorted(unknown)} for match_images; expected some of {sorted(kw)}.")
     kw.update(params)

@@ -35,7 +35,8 @@ def make_hits(paths):
     hits = []
     for r, p in enumerate(paths[1:], start=1):
         box = (10.0, 20.0, 110.0, 90.0) if r % 2 else None
-        hits.append(Hit(id=r, score=1.0 / r, inliers=30 // r if box else None, box=box, rank=r, path=str(p)))
+        hits.append(Hit(id=r, score=1.0 / r, inliers=30 // r if box else None, box=box, rank=r, path=str(p),
+                        similarity=0.5 / r, verified=box is not None))
     return hits
 
 
@@ -45,8 +46,10 @@ def test_gallery_is_self_contained_and_places_boxes(images):
     text = render_gallery(paths[0], hits, query_box=(5, 6, 100, 120))
     assert "http://" not in text and "https://" not in text and "src=\"file" not in text
     assert text.count('class="thumb" src="data:image/jpeg;base64,') == 1 + len(hits)
-    assert text.count('<figure class="result">') == len(hits)
-    # one query box and one box per hit that has one, in original-image coordinates
+    assert text.count('<figure class="result') == len(hits)
+    assert text.count('<figure class="result verified">') == sum(h.verified for h in hits) == 2
+    assert text.count("&#10003; verified") == 2 and text.count("not verified") == len(hits) - 2
+    # one query box and one box per verified hit, in original-image coordinates
     assert text.count('class="box qbox"') == 1
     assert text.count('class="box match"') == sum(h.box is not None for h in hits)
     assert 'viewBox="0 0 200 300"' in text  # the second image's own size
@@ -81,5 +84,15 @@ def test_gallery_in_headless_chromium(images, tmp_path):
     loaded = int(re.search(r'data-images-loaded="(\d+)"', body).group(1))
     drawn = int(re.search(r'data-boxes-drawn="(\d+)"', body).group(1))
     assert loaded == 1 + len(hits)  # query + K results decoded
-    assert dom.count('<figure class="result">') == len(hits)
+    assert dom.count('<figure class="result') == len(hits)
     assert drawn == 1 + sum(h.box is not None for h in hits)  # every box has a non-empty rendered size
+
+
+def test_gallery_never_draws_a_box_on_an_unverified_hit(images):
+    _, paths = images
+    hits = [Hit(id=1, score=0.4, box=(10.0, 20.0, 110.0, 90.0), rank=1, path=str(paths[1]), similarity=0.4),
+            Hit(id=2, score=1.5, inliers=10, box=(1.0, 2.0, 50.0, 60.0), rank=2, path=str(paths[2]),
+                similarity=0.3, verified=True)]
+    text = render_gallery(paths[0], hits)
+    assert text.count('class="box match"') == 1 and 'x="1.0" y="2.0"' in text and 'x="10.0" y="20.0"' not in text
+    assert "2 results, 1 verified" in text

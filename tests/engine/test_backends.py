@@ -79,11 +79,12 @@ def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
     recall = np.mean([len(set(h.id for h in c.first_stage(q, 10)) & set(exact_top(V, ids, q, 10))) / 10
                       for q in Q])
     assert recall >= 0.9
-    # scores are exact inner products even when the shortlist came from IVFADC
+    # similarities are exact inner products (mapped to (1 + ip) / 2) even when the shortlist came from IVFADC
     q = Q[0]
     for h in c.first_stage(q, 5):
         row = int(np.flatnonzero(ids == h.id)[0])
-        assert h.score == pytest.approx(float(V[row] @ q), abs=1e-5)
+        assert h.similarity == pytest.approx((1.0 + float(V[row] @ q)) / 2.0, abs=1e-5)
+        assert h.score == h.similarity and not h.verified and h.distance is None
 
 
 def test_below_min_images_is_exhaustive_and_remove_drops_ids(tmp_path, data):
@@ -107,34 +108,6 @@ def test_write_npy_round_trip(tmp_path):
     assert np.array_equal(np.load(tmp_path / "a.npy", allow_pickle=False), a)
 
 
-def test_spatial_rerank_orders_verified_first(monkeypatch):
-    """With a stub verifier: verified hits (>= min_inliers) first by inliers, the rest in first-stage order."""
-    rng = np.random.default_rng(0)
-    desc = (rng.random((40, 128)) * 255).astype(np.uint8)
-    frames = np.zeros((40, 6), np.float32)
-    frames[:, 0] = rng.random(40) * 100
-    frames[:, 1] = rng.random(40) * 100
-    frames[:, 2] = frames[:, 5] = 3
-    query = LocalFeatures(frames, desc, (100, 100))
-    n_in = {1: 2, 2: 30, 3: 8, 4: 0}
-
-    def fake_verify(fq, fdb, matches, **kw):
-        mask = np.zeros(len(matches), bool)
-        mask[:n_in[current[0]]] = True
-        return mask, np.array([[1.0, 0, 0], [0, 1.0, 0]])
-
-    current = [0]
-
-    def get_features(i):
-        current[0] = i
-        return query  # identical features: every descriptor matches itself
-
-    monkeypatch.setattr(spatial, "verify_affine", fake_verify)
-    hits = [Hit(1, 0.9), Hit(2, 0.8), Hit(3, 0.7), Hit(4, 0.6), Hit(5, 0.5)]
-    out = spatial_rerank(hits, query, (0, 0, 99, 99), get_features, shortlist=4, min_inliers=6, ratio=0.85)
-    assert [h.id for h in out] == [2, 3, 1, 4, 5]
-    assert [h.inliers for h in out] == [30, 8, 2, 0, None]
-    assert out[0].box == (0.0, 0.0, 99.0, 99.0) and out[2].box is None
 
 
 def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
@@ -161,7 +134,8 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
         order = np.lexsort((c.ids, d))[:10]
         hits = c.first_stage(q, 10)
         assert [h.id for h in hits] == [int(c.ids[o]) for o in order]
-        assert np.allclose([-h.score for h in hits], d[order], atol=1e-4)
+        assert np.allclose([h.distance for h in hits], d[order], atol=1e-4)
+        assert np.allclose([h.similarity for h in hits], np.clip(1 - d[order] / 4, 0, 1), atol=1e-4)
 
 
 def test_distinct_inliers_and_degenerate_transforms():
@@ -186,41 +160,94 @@ def test_make_backend_picks_one_class_per_kind_and_index_type():
 
 
 def test_hit_json_keys_and_rounding():
-    """The ``retrieval query --json`` object (docs/formats.md): rank, path, score rounded to 6 decimals, and
-    inliers / box (1 decimal) only when set; the catalog id is not part of it."""
-    bare = Hit(7, 0.123456789, rank=1, path="/p/a.jpg")
-    assert bare.to_json() == {"rank": 1, "path": "/p/a.jpg", "score": 0.123457}
-    full = Hit(7, -2.0, inliers=np.int64(12), box=(1.04, 2.06, 30.0, 40.44), rank=3, path="/p/b.png")
+    """The ``retrieval query --json`` object (docs/formats.md): rank, path, score rounded to 6 decimals, inliers /
+    box (1 decimal) only when set, then similarity and verified always, distance only when set; the catalog id is
+    not part of it."""
+    bare = Hit(7, 0.123456789, rank=1, path="/p/a.jpg", similarity=0.123456789)
+    assert bare.to_json() == {"rank": 1, "path": "/p/a.jpg", "score": 0.123457, "similarity": 0.123457,
+                              "verified": False}
+    full = Hit(7, 1.5, inliers=np.int64(12), box=(1.04, 2.06, 30.0, 40.44), rank=3, path="/p/b.png",
+               similarity=0.25, verified=True, distance=-3285.2000004)
     js = full.to_json()
-    assert js == {"rank": 3, "path": "/p/b.png", "score": -2.0, "inliers": 12, "box": [1.0, 2.1, 30.0, 40.4]}
-    assert list(js) == ["rank", "path", "score", "inliers", "box"] and type(js["inliers"]) is int
-    assert Hit(1, 0.5, inliers=0, rank=1, path="x").to_json()["inliers"] == 0  # verified with 0 inliers: kept
+    assert js == {"rank": 3, "path": "/p/b.png", "score": 1.5, "inliers": 12, "box": [1.0, 2.1, 30.0, 40.4],
+                  "similarity": 0.25, "verified": True, "distance": -3285.2}
+    assert list(js) == ["rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"]
+    assert type(js["inliers"]) is int and js["verified"] is True
 
 
-def test_object_backend_reports_negated_dissimilarity_and_inliers_only_when_spatial():
-    """The object backend turns the searcher's hits (dissimilarity, smaller is better) into higher-is-better
-    scores; inliers are set only by spatial re-ranking."""
+def test_object_backend_passes_the_searchers_ranked_hits_through():
+    """The object backend returns the searcher's hits as they are (ranking key in ``score``, normalised
+    ``similarity``, raw dissimilarity in ``distance``); query expansion is asked only with spatial re-ranking."""
     from retrieval.engine.object_backend import ObjectBackend
 
     class Searcher:
         asked = []
 
-        def search(self, query, *, bbox, k, method, alpha, rerank):
-            self.asked.append(rerank)
-            inl = 9 if rerank == "spatial" else None
-            return [Hit(3, 0.25, inl, (1.0, 2.0, 3.0, 4.0) if inl else None), Hit(5, 0.5, 0 if inl else None)]
+        def search(self, query, *, bbox, k, method, alpha, rerank, query_expansion=0):
+            self.asked.append((rerank, query_expansion))
+            v = rerank == "spatial"
+            return [Hit(3, 1.5 if v else 0.8, 10 if v else None, (1.0, 2.0, 3.0, 4.0) if v else None,
+                        similarity=0.8, verified=v, distance=0.25),
+                    Hit(5, 0.6, similarity=0.6, distance=0.5)]
 
     b = ObjectBackend(load_preset("object"))
     b.searcher, b._ids = Searcher(), np.array([3, 5])
     for rerank in ("none", "exact", "spatial"):
         hits = b.search(None, k=2, query_box=None, rerank=rerank)
-        assert [(h.id, h.score) for h in hits] == [(3, -0.25), (5, -0.5)]
-        if rerank == "spatial":
-            assert [(h.inliers, h.box) for h in hits] == [(9, (1.0, 2.0, 3.0, 4.0)), (0, None)]
-        else:
-            assert [(h.inliers, h.box) for h in hits] == [(None, None), (None, None)]
-    assert Searcher.asked == ["none", "exact", "spatial"]  # an explicit "none" is not turned into "exact"
+        assert [(h.id, h.distance, h.similarity) for h in hits] == [(3, 0.25, 0.8), (5, 0.5, 0.6)]
+        assert [h.verified for h in hits] == [rerank == "spatial", False]
+        assert hits[0].score >= hits[1].score
+    assert [a for a, _ in Searcher.asked] == ["none", "exact", "spatial"]  # an explicit "none" is not "exact"
     b.search(None, k=2, query_box=None)
-    assert Searcher.asked[-1] == "spatial"  # the preset's search.rerank
+    assert Searcher.asked[-1] == ("spatial", 0)  # the preset's search.rerank; query expansion off by default
+    b.search(None, k=2, query_box=None, query_expansion=3)
+    assert Searcher.asked[-1] == ("spatial", 3)
+    with pytest.raises(ValueError, match="needs --rerank spatial"):
+        b.search(None, k=2, query_box=None, rerank="exact", query_expansion=2)
     with pytest.raises(ValueError, match="--rerank must be none, exact or spatial"):
         b.search(None, k=2, query_box=None, rerank="geometric")
+
+
+def test_average_query_expansion_against_a_numpy_oracle(data):
+    """GlobalBackend._expanded: the query plus the vectors of the best verified hits (the query's own image
+    skipped), normalised, searched again; first-round verification outcomes are kept, new shortlist entries are
+    verified, and the list follows the one ordering key."""
+    from retrieval.engine.hits import finish_ranking
+
+    V, ids, _ = data
+    b = backend_with(V[:200], ids[:200])
+    q = V[0].copy()  # the query is indexed image ids[0]
+    first = finish_ranking(b.first_stage(q, 60), reranked=False)
+    assert first[0].id == ids[0]
+    good = {int(ids[0]), int(first[5].id), int(first[9].id), int(first[30].id)}
+    asked = []
+
+    def verify(candidates):
+        asked.extend(h.id for h in candidates)
+        for h in candidates:
+            if h.id in good:
+                h.verified, h.inliers = True, 100 - len(asked)
+        return candidates
+
+    checked = verify(first[:50])
+    hits = finish_ranking(first, reranked=True)
+    assert [h.id for h in hits[:4]] == [int(ids[0]), first[5].id, first[9].id, first[30].id]
+    asked.clear()
+    out = b._expanded(q, hits, {h.id: h for h in checked}, 2, 60, verify, None, {})
+    row = {int(i): r for r, i in enumerate(ids[:200])}
+    q2 = q + V[row[first[5].id]] + V[row[first[9].id]]  # ids[0] is the query itself: skipped
+    q2 /= np.linalg.norm(q2)
+    oracle = exact_top(V[:200], ids[:200], q2, 60)
+    assert set(asked) == set(oracle[:50]) - {h.id for h in checked}  # only new shortlist entries verified
+    assert [h.id for h in out if h.verified][:4] == [int(ids[0]), first[5].id, first[9].id, first[30].id]
+    rest = [h.id for h in out if not h.verified]
+    assert rest == [i for i in oracle if i not in good][:len(rest)]
+    for h in out:
+        assert h.similarity == pytest.approx((1 + float(V[row[h.id]] @ q2)) / 2, abs=1e-5)
+    scores = [h.score for h in out]
+    assert scores == sorted(scores, reverse=True)
+    # nothing verified but the query itself: no second search
+    only_self = finish_ranking(b.first_stage(q, 60), reranked=False)
+    only_self[0].verified, only_self[0].inliers = True, 50
+    only_self = finish_ranking(only_self, reranked=True)
+    assert b._expanded(q, only_self, {}, 3, 60, verify, None, {}) is only_self

@@ -56,10 +56,14 @@ def test_exact_rerank_reproduces_inverted_file_scores(world, method):
     s, _, q = world
     none = s.search(q, bbox=(50, 50, 150, 150), k=8, method=method, rerank="none")
     exact = s.search(q, bbox=(50, 50, 150, 150), k=8, method=method, rerank="exact")
-    a = {h.id: h.score for h in none}
-    b = {h.id: h.score for h in exact}
-    # not spatially verified: no inliers, no box
-    assert all(type(h) is Hit and h.inliers is None and h.box is None for h in none + exact)
+    a = {h.id: h.distance for h in none}
+    b = {h.id: h.distance for h in exact}
+    # not spatially verified: no inliers, no box; score = similarity in [0, 1], decreasing with the dissimilarity
+    assert all(type(h) is Hit and h.inliers is None and h.box is None and not h.verified for h in none + exact)
+    for hits in (none, exact):
+        assert all(0.0 <= h.similarity <= 1.0 and h.score == h.similarity for h in hits)
+        assert [h.distance for h in hits] == sorted(h.distance for h in hits)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert set(a) == set(b)
     # eq. 10 takes square roots of |Q|^2 - 2 Q.m + |m|^2, a difference that nearly cancels when the object is
     # contained in T_j: summing the same terms in another order (postings vs full histogram) moves the result
@@ -75,7 +79,7 @@ def test_box_restricts_query_features(world):
     s, _, q = world
     boxed = s.search(q, bbox=(50, 50, 150, 150), k=12, method="delta1", rerank="none")
     full = s.search(q, bbox=None, k=12, method="delta1", rerank="none")
-    assert [h.score for h in boxed] != [h.score for h in full]
+    assert [h.distance for h in boxed] != [h.distance for h in full]
     assert {boxed[0].id, boxed[1].id} == {102, 108}
 
 
@@ -88,7 +92,7 @@ def test_exclude_remove_and_persistence(world, tmp_path):
     for method in ("l1", "delta1"):
         a = s.search(q, bbox=(50, 50, 150, 150), k=5, method=method, rerank="exact")
         b = back.search(q, bbox=(50, 50, 150, 150), k=5, method=method, rerank="exact")
-        assert [(h.id, h.score) for h in a] == [(h.id, h.score) for h in b]
+        assert [(h.id, h.score, h.distance) for h in a] == [(h.id, h.score, h.distance) for h in b]
     assert back.remove([108, 999]) == 1
     assert back.ntotal == 11
     assert back.search(q, bbox=(50, 50, 150, 150), k=1, rerank="exact")[0].id == 102
@@ -102,11 +106,13 @@ def test_spatial_rerank_boxes_and_query_expansion(world):
     s, db, q = world
     box = (50, 50, 150, 150)
     # ground truth: scene j maps the object by x -> A_j x + t_j; recover it from the stored object frames
-    for qe in (False, True):
+    for qe in (False, True, 0, 1):
         hits = s.search(q, bbox=box, k=6, method="l1", rerank="spatial", query_expansion=qe)
         assert {hits[0].id, hits[1].id} == {102, 108}
-        assert hits[0].inliers >= 20 and hits[1].inliers >= 20
-        assert all(h.inliers < s.min_inliers for h in hits[2:])
+        assert hits[0].inliers >= 20 and hits[1].inliers >= 20 and hits[0].verified and hits[1].verified
+        assert all(not h.verified and h.inliers is None and h.box is None for h in hits[2:])
+        assert hits[0].score >= hits[1].score > 1.0 > hits[2].score
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         for h in hits[:2]:
             f = db[h.id - 100].frames[:40]
             src = q.frames[:40, :2].astype(np.float64)
@@ -125,3 +131,34 @@ def test_inliers_are_counted_one_to_one():
     assert distinct_inliers(matches, mask) == 3
     assert distinct_inliers(matches, np.zeros(6, bool)) == 0
     assert distinct_inliers(np.array([[0, 0], [1, 1]]), np.array([True, True])) == 2
+
+
+@pytest.mark.parametrize("method", ["l1", "l2", "delta1", "delta2"])
+def test_object_similarity_matches_its_formula_and_keeps_the_order(method):
+    """object_similarity against the dense dissimilarities of Zhu et al. 2013 (retrieval.search.dissimilarities):
+    within [0, 1], 1 for a copy of the query, strictly decreasing in the dissimilarity."""
+    from retrieval.engine.object_search import object_similarity
+    from retrieval.search import dissimilarities as dis
+
+    rng = np.random.default_rng(1)
+    Q = rng.random(30) * (rng.random(30) < 0.5)
+    T = np.vstack([Q, rng.random((40, 30)) * (rng.random((40, 30)) < 0.5) * rng.uniform(0.2, 5, (40, 1))])
+    if method in ("l1", "l2"):
+        d, weight = dis.dissimilarity(Q, T, method), float("nan")
+    elif method == "delta1":
+        weight = dis.delta1_wbar(Q, T, 0.5)
+        d = dis.delta1(Q, T, weight)
+    else:
+        weight = dis.delta2_w(Q, T, 0.5)
+        d = dis.delta2(Q, T, weight)
+    sim = object_similarity(d, method, Q[Q > 0], weight)
+    assert np.all((sim >= 0) & (sim <= 1))
+    assert sim[0] == pytest.approx(1.0)  # T_0 = Q
+    order = np.argsort(d, kind="stable")
+    assert np.all(np.diff(sim[order]) <= 1e-12)
+    if method == "delta1" and weight >= 1:
+        n1 = Q.sum()
+        excess = np.maximum(T - Q, 0).sum(1) + (weight - 1) * np.maximum(Q - T, 0).sum(1)
+        np.testing.assert_allclose(sim, n1 / (n1 + excess), rtol=1e-9)
+    with pytest.raises(ValueError, match="method must be one of"):
+        object_similarity(d, "cosine", Q, weight)

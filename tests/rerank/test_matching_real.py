@@ -126,7 +126,7 @@ def test_cli_match_json_and_picture(tmp_path):
                                   str(out)])
     assert r.exit_code == 0, r.output
     js = json.loads(r.output)
-    assert set(js) >= {"n_features", "tentative", "inliers", "homography"}
+    assert set(js) >= {"verified", "n_features", "tentative", "inliers", "homography"} and js["verified"]
     assert len(js["n_features"]) == 2 and js["inliers"] >= 10
     H = np.array(js["homography"])
     # the box (324 x 223) lands inside the 512 x 384 scene
