@@ -10,15 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import retrieval.rerank.spatial as spatial
 from retrieval.engine.backend import write_npy
 from retrieval.engine.codes_backend import CodesBackend
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit
 from retrieval.engine.pipeline import make_backend
 from retrieval.engine.presets import load_preset
-from retrieval.features import LocalFeatures
-from retrieval.rerank.spatial import distinct_inliers, plausible_transform, spatial_rerank
+from retrieval.rerank.spatial import distinct_inliers, plausible_transform
 
 
 def backend_with(vectors, ids, **index):
