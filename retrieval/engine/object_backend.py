@@ -126,7 +126,9 @@ class ObjectBackend(Backend):
         n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
         if len(self._ids) == 0:
             return []
-        # the searcher verifies with the frames it stores itself (get_features=None); its hits carry the
-        # dissimilarity as ``distance``, its normalisation as ``similarity`` and the ranking key as ``score``
+        # with the stored features the searcher verifies on RootSIFT ratio-test matches (the matches the decision
+        # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as
+        # ``similarity`` and the ranking key as ``score``
         extra = {"query_expansion": n_qe} if n_qe else {}
-        return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank, **extra)
+        return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
+                                    get_features=get_features, **extra)

@@ -35,6 +35,7 @@ from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
+from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 from retrieval.search import dissimilarities as dis
 from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
@@ -47,6 +48,9 @@ FORMAT = "retrieval-object-searcher"
 FORMAT_VERSION = 1
 RERANK = ("none", "exact", "spatial")
 
+
+VERIFY_RATIO = 0.85  # ratio test of the verification's tentative matches: the presets' search.ratio
+VERIFY_SHORTLIST = 50  # images verified on the stored features: the presets' search.shortlist
 
 def _descriptors(features, rootsift):
     d = np.asarray(features.descriptors)
@@ -186,13 +190,23 @@ class ObjectSearcher:
                 out[n] = dis.delta2(Q, T, weight)[0]
         return out
 
-    def _verify(self, q_frames, q_words, i, get_features) -> Verification | None:
+    def _verify(self, q, i, get_features) -> Verification | None:
         """The library's one geometric verification (:func:`retrieval.rerank.verification.verify`) of database
-        image i on the query's word matches; None when there are fewer than 3 matches."""
+        image i; None when there are fewer than 3 tentative matches.
+
+        ``q`` = (query frames, query descriptors, query hard words). With the stored features (``get_features``),
+        the tentative matches are those of spatial re-ranking (RootSIFT ratio test, :func:`tentative_matches`),
+        on which the decision threshold was measured (docs/results.md, "Geometric verification"); without them,
+        the visual-word matches (at most 16 pairs per word)."""
+        q_frames, q_desc, q_words = q
         words, _, frames, _ = self._fwd[int(i)]
         if get_features is not None:
-            frames = np.asarray(get_features(int(i)).frames, np.float32)
-        matches = _word_matches(q_words, words[:, 0])
+            f = get_features(int(i))
+            frames = np.asarray(f.frames, np.float32)
+            matches = (tentative_matches(q_desc, _descriptors(f, self.rootsift), ratio=VERIFY_RATIO)
+                       if len(f) and len(q_desc) else np.empty((0, 2), np.int64))
+        else:
+            matches = _word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
             return None
         return verify(q_frames, frames, matches, min_inliers=self.min_inliers)
@@ -245,7 +259,8 @@ class ObjectSearcher:
         q_words, q_weights = self._assign(q_desc)
         qw, qtf = self._histogram(q_words, q_weights)
         excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
-        hits, verified = self._search_hist(qw, qtf, q_frames, q_words[:, 0], box, k, method, float(alpha), rerank,
+        q = (q_frames, q_desc, q_words[:, 0])
+        hits, verified = self._search_hist(qw, qtf, q, box, k, method, float(alpha), rerank,
                                            get_features, excl)
         if n_qe and verified:
             hw, htf = [qw], [qtf]
@@ -259,11 +274,11 @@ class ObjectSearcher:
             allw = np.concatenate(hw)
             allt = np.concatenate(htf) / len(hw)
             qw2, qtf2 = self._histogram(allw, allt)
-            hits, _ = self._search_hist(qw2, qtf2, q_frames, q_words[:, 0], box, k, method, float(alpha), rerank,
+            hits, _ = self._search_hist(qw2, qtf2, q, box, k, method, float(alpha), rerank,
                                         get_features, excl)
         return hits
 
-    def _search_hist(self, qw, qtf, q_frames, q_hard, box, k, method, alpha, rerank, get_features, excl):
+    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl):
         inv = self.invfile_
         inv._commit()
         scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
@@ -284,8 +299,10 @@ class ObjectSearcher:
         if rerank == "exact":
             return _hits(ids[:k], sc[:k], sims[:k]), []
         hits = _hits(ids, sc, sims)
-        for hit in hits:
-            v = self._verify(q_frames, q_hard, hit.id, get_features)
+        # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first
+        # VERIFY_SHORTLIST images after exact re-ranking are verified, as the global presets' search.shortlist
+        for hit in hits[:VERIFY_SHORTLIST] if get_features is not None else hits:
+            v = self._verify(q, hit.id, get_features)
             if v is not None and v.verified:
                 hit.verified, hit.inliers = True, int(v.inliers)
                 hit.box = project_box(box, v.transform, self._fwd[hit.id][3])

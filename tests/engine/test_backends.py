@@ -181,8 +181,9 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
     class Searcher:
         asked = []
 
-        def search(self, query, *, bbox, k, method, alpha, rerank, query_expansion=0):
+        def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0):
             self.asked.append((rerank, query_expansion))
+            self.features = get_features
             v = rerank == "spatial"
             return [Hit(3, 1.5 if v else 0.8, 10 if v else None, (1.0, 2.0, 3.0, 4.0) if v else None,
                         similarity=0.8, verified=v, distance=0.25),
@@ -196,8 +197,12 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
         assert [h.verified for h in hits] == [rerank == "spatial", False]
         assert hits[0].score >= hits[1].score
     assert [a for a, _ in Searcher.asked] == ["none", "exact", "spatial"]  # an explicit "none" is not "exact"
-    b.search(None, k=2, query_box=None)
+    def stored(i):
+        return None
+
+    b.search(None, k=2, query_box=None, get_features=stored)
     assert Searcher.asked[-1] == ("spatial", 0)  # the preset's search.rerank; query expansion off by default
+    assert b.searcher.features is stored  # verification reads the stored features (ratio-test matches)
     b.search(None, k=2, query_box=None, query_expansion=3)
     assert Searcher.asked[-1] == ("spatial", 3)
     with pytest.raises(ValueError, match="needs --rerank spatial"):
