@@ -27,10 +27,8 @@ from retrieval._version import __version__
 from retrieval.app.index import Index
 from retrieval.core.persistence import write_json_atomic
 from retrieval.datasets.base import Query, RetrievalDataset
-from retrieval.engine import pipeline
 from retrieval.engine.paper_presets import apply_overrides
 from retrieval.engine.presets import (
-    PresetUnavailableError,
     check_available,
     load_preset,
     preset_config,
@@ -61,30 +59,6 @@ def groups_dataset(spec) -> RetrievalDataset:
                             paths=paths, queries=[Query(name=q, path=paths[q], image=q) for q in bench.queries],
                             exclude_query=True, scorer=scorer,
                             notes=["Holidays protocol: query excluded from its own list"])
-
-
-def check_pipeline_support(preset: dict) -> None:
-    """Refuse, before any work, a preset whose aggregation or index type :mod:`retrieval.engine.pipeline` cannot run.
-
-    The pipeline may declare ``AGGREGATION_METHODS`` and ``GLOBAL_INDEX_TYPES``; without them the first version's
-    ``("fisher", "vlad")`` and ``("flat", "ivfadc")`` are assumed (any other index type would silently fall back to
-    an exhaustive float search, which must not be reported as, e.g., ADC figures).
-    """
-    cfg = preset_config(preset)
-    if cfg.kind not in ("global", "binary"):
-        return
-    aggs = tuple(getattr(pipeline, "AGGREGATION_METHODS", ("fisher", "vlad")))
-    method = cfg.aggregation.method
-    if method not in aggs:
-        raise PresetUnavailableError(f"preset {preset['name']!r} needs aggregation {method!r}, which "
-                                     f"retrieval.engine.pipeline does not run yet (it offers {', '.join(aggs)}).")
-    if preset["kind"] == "global":
-        types = tuple(getattr(pipeline, "GLOBAL_INDEX_TYPES", ("flat", "ivfadc")))
-        t = cfg.index.type
-        if t not in types:
-            raise PresetUnavailableError(f"preset {preset['name']!r} needs index type {t!r} (ranking by that "
-                                         f"index's own distances), which retrieval.engine.pipeline does not offer yet "
-                                         f"(it offers {', '.join(types)}).")
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -126,7 +100,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     """
     preset = apply_overrides(load_preset(preset), overrides)
     check_available(preset)  # before any work: names the missing pieces
-    check_pipeline_support(preset)
+    preset_config(preset)  # strict: unknown keys, out-of-range values and unsupported methods refused before any work
     work_dir = Path(work_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else work_dir / "features"
     warnings = []

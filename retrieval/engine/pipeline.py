@@ -23,7 +23,7 @@ from __future__ import annotations
 from retrieval.engine.backend import Backend
 from retrieval.engine.binary_backend import BinaryBackend
 from retrieval.engine.codes_backend import CodesBackend
-from retrieval.engine.config import AGGREGATION_METHODS, GLOBAL_INDEX_TYPES  # noqa: F401  (checked by app.evaluate)
+from retrieval.engine.config import GLOBAL_INDEX_TYPES
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.object_backend import ObjectBackend
 from retrieval.engine.presets import preset_config
