@@ -43,7 +43,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     root = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".ppm", ".pgm"))
+    # the 114 shared images (the independent benchmark photos of data/real/ are not part of this figure)
+    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".ppm", ".pgm")
+                   and "real" not in p.relative_to(root).parts)
     if args.limit:
         paths = paths[:args.limit]
     ex = FeatureExtractor("hesaff")
@@ -53,6 +55,9 @@ def main(argv=None):
             f = ex(p)
         except ValueError as exc:
             log.warning("skip %s: %s", p, exc)
+            continue
+        if len(f) == 0:
+            log.warning("skip %s: no features", p)
             continue
         d = root_sift(f.descriptors)
         xy = f.xy
