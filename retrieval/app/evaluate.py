@@ -34,8 +34,10 @@ from retrieval.engine.presets import (
     preset_config,
     preset_digest,
 )
+from retrieval.evaluation.crops import load_crops, score_crops
 from retrieval.evaluation.groups import load_groups_spec, score_groups
 from retrieval.features import FeatureExtractor
+from retrieval.features.image import IMAGE_EXTENSIONS
 from retrieval.features.parallel import extract_many
 from retrieval.features.store import FeatureStore
 
@@ -59,6 +61,34 @@ def groups_dataset(spec) -> RetrievalDataset:
                             paths=paths, queries=[Query(name=q, path=paths[q], image=q) for q in bench.queries],
                             exclude_query=True, scorer=scorer,
                             notes=["Holidays protocol: query excluded from its own list"])
+
+
+def crops_dataset(root, database) -> RetrievalDataset:
+    """A :class:`RetrievalDataset` for query crops with true/false lists (:mod:`retrieval.evaluation.crops`).
+
+    ``root`` holds the query images and their ``NAME_TP.txt`` / ``NAME_FP.txt``; ``database`` is the folder of
+    database images (every image file directly in it), named in the lists by file name without extension. The
+    query images are not in the database.
+    """
+    bench = load_crops(root, IMAGE_EXTENSIONS)
+    database = Path(database)
+    files = sorted(p for p in database.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    paths = {}
+    for p in files:
+        if p.stem in paths:
+            raise ValueError(f"{database}: two images named {p.stem!r} ({paths[p.stem].name}, {p.name}); "
+                             "the lists name images without extension.")
+        paths[p.stem] = p
+    for q in bench.queries:
+        unknown = sorted((bench.positives[q] | (bench.negatives[q] or set())) - set(paths))
+        if unknown:
+            raise FileNotFoundError(f"{root}: query {q} lists {len(unknown)} images not in {database} "
+                                    f"(first: {unknown[0]}).")
+    return RetrievalDataset(name=f"crops:{Path(root).name}", root=Path(root), database=sorted(paths),
+                            paths=paths, queries=[Query(name=q, path=bench.query_files[q]) for q in bench.queries],
+                            scorer=lambda rankings: score_crops(bench, rankings),
+                            notes=["query crops against a separate database; AP over each query's true and "
+                                   "false lists, other images ignored"])
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -154,6 +154,8 @@ def _default_work_dir():
 @click.option("--root", type=click.Path(file_okay=False, exists=True), help="Dataset folder (not for 'groups').")
 @click.option("--spec", type=click.Path(dir_okay=False, exists=True),
               help="For DATASET 'groups': a minibench-format JSON spec (paths relative to it).")
+@click.option("--database", type=click.Path(file_okay=False, exists=True),
+              help="For DATASET 'crops': the folder of database images the query lists name.")
 @click.option("--preset", "preset", default="default", show_default=True, help="Preset name or JSON file.")
 @click.option("--train-root", type=click.Path(file_okay=False, exists=True),
               help="Independent training images (e.g. Flickr60k for Holidays, Paris6k for Oxford).")
@@ -169,22 +171,28 @@ def _default_work_dir():
                    "index.bits=64, search.method=lower_bound. Repeatable.")
 @json_option("Print the JSON report.")
 @click.pass_context
-def eval_run(ctx, dataset, root, spec, preset, train_root, distractors, out, work, k, workers, overrides, as_json):
+def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors, out, work, k, workers, overrides, as_json):
     """Evaluate PRESET on DATASET end to end: features (cached), training, index, queries, official score.
 
     \b
     DATASET: holidays, holidays_rotated, oxford5k, paris6k, oxford105k, paris106k, roxford5k, rparis6k,
-             roxford5k+r1m, rparis6k+r1m, ukb, copydays, or groups (with --spec FILE.json).
+             roxford5k+r1m, rparis6k+r1m, ukb, copydays, groups (with --spec FILE.json), or crops
+             (--root: query images NAME.jpg with NAME_TP.txt / NAME_FP.txt; --database: the images they name).
     """
     from pathlib import Path
 
-    from retrieval.app.evaluate import groups_dataset, run_benchmark
+    from retrieval.app.evaluate import crops_dataset, groups_dataset, run_benchmark
     from retrieval.datasets import load_dataset
 
     if dataset == "groups":
         if spec is None:
             raise click.UsageError("'eval run groups' needs --spec FILE.json.")
         ds = groups_dataset(spec)
+    elif dataset == "crops":
+        if root is None or database is None:
+            raise click.UsageError("'eval run crops' needs --root DIR (query crops and their lists) and "
+                                   "--database DIR (the images the lists name).")
+        ds = crops_dataset(root, database)
     else:
         if root is None:
             raise click.UsageError(f"'eval run {dataset}' needs --root DIR (the dataset folder).")
