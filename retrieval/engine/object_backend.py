@@ -120,6 +120,7 @@ class ObjectBackend(Backend):
             raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
         alpha = float(options.pop("alpha", s.alpha))
+        self.searcher.min_inliers = self.config.object_search.min_inliers  # the preset's (a query-time key)
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from helpers import assert_same_results, catalog_view, make_pool, results_view, small_preset
 
 from retrieval.app.index import Index, walk_photos
+from retrieval.rerank.verification import DEFAULT_MIN_INLIERS
 
 
 @pytest.fixture(scope="session")
@@ -264,6 +265,19 @@ def test_index_from_another_preset_version_is_refused(tmp_path):
         Index.open(tmp_path / "old")
     res = run(["query", "whatever.jpg", "--index", str(tmp_path / "old")])
     assert res.exit_code != 0 and "rebuild" in res.output and one_line_error(res)
+
+
+@pytest.mark.parametrize("name,section", [("default", "search"), ("object", "object_search")])
+def test_index_from_an_older_release_uses_the_measured_threshold(tmp_path, name, section):
+    idx = Index.create(tmp_path / "old", preset=name)
+    old = dict(idx.preset, **{section: dict(idx.preset[section], min_inliers=5)})  # 0.1.x's bundled threshold
+    idx.catalog.set_meta(preset=old)
+    idx.close()
+    reopened = Index.open(tmp_path / "old")
+    try:
+        assert reopened.preset[section]["min_inliers"] == DEFAULT_MIN_INLIERS == 9
+    finally:
+        reopened.close()
 
 
 def test_presets_command_lists_bundled_presets():
