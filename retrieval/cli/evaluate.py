@@ -7,7 +7,7 @@ import math
 
 import click
 
-from retrieval.cli.groups import data, eval_
+from retrieval.cli.groups import bench, data, eval_
 from retrieval.cli.options import json_option, workers_option
 
 PROTOCOLS = ("holidays", "oxford5k", "paris6k", "roxford5k", "rparis6k")
@@ -169,9 +169,13 @@ def _default_work_dir():
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset value (strict: the key must exist), e.g. projection.n_components=512, "
                    "index.bits=64, search.method=lower_bound. Repeatable.")
+@click.option("--compare", type=click.Choice(["asmk"]), default=None,
+              help="Also run a reference method on the same features, training images and queries: asmk = ASMK* "
+                   "(the 'asmk' package by its authors; benchmark extra).")
 @json_option("Print the JSON report.")
 @click.pass_context
-def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors, out, work, k, workers, overrides, as_json):
+def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors, out, work, k, workers, overrides,
+             compare, as_json):
     """Evaluate PRESET on DATASET end to end: features (cached), training, index, queries, official score.
 
     \b
@@ -205,6 +209,10 @@ def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors
     work_dir = Path(work) if work else _default_work_dir()
     report = run_benchmark(ds, preset, work_dir=work_dir, train_images=train_images, k=k, workers=workers,
                            out_dir=out, progress=not ctx.obj.get("quiet"), overrides=overrides)
+    if compare == "asmk":
+        from retrieval.bench.peers import compare_asmk
+
+        report["compare"] = {"asmk": compare_asmk(ds, report, train_paths=train_images)}
     # report["warnings"] were already logged on stderr by the runner
     if as_json:
         click.echo(_dump(report))
@@ -221,9 +229,51 @@ def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors
     click.echo(f"  {report['indexed']} images, {report['queries']} queries, {report['bytes_per_image']:.0f} bytes/image, "
                f"extraction {report['extraction_seconds_per_image']:.3f} s/image, "
                f"query {1000 * report['query_seconds_mean']:.1f} ms")
+    ref = (report.get("compare") or {}).get("asmk")
+    if ref is not None:
+        click.echo(f"  ASMK* (same features, {ref['training']} training, {ref['codebook_size']} words): mAP "
+                   f"{ref['mAP']:.4f}; {report['preset']} - ASMK* = {report['mAP'] - ref['mAP']:+.4f}; query "
+                   f"{1000 * ref['query_seconds_mean']:.1f} ms")
     eff = report.get("effective_parameters") or {}
     if eff:  # preset parameters reduced to fit a small training set (docs/user-guide.md, "Small collections")
         click.echo("  reduced for this collection: " + ", ".join(
             f"{p} {e['preset']} -> {'dropped' if e['used'] is None else e['used']}" for p, e in eff.items()))
     if out:
         click.echo(f"  report: {Path(out) / 'report.json'}")
+
+
+@bench.command("peers")
+@click.option("--data", "data_root", type=click.Path(exists=True, file_okay=False), default="../shared/data",
+              show_default=True, help="Data folder holding minibench.json and real/.")
+@click.option("--preset", "presets", multiple=True, default=("default",), show_default=True,
+              help="Preset to measure (repeatable).")
+@click.option("--set", "sets", multiple=True, help="Only these sets (repeatable): minibench, holidays805, "
+              "ukbench400, oxford_crops [default: all].")
+@click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
+              "(default: $XDG_CACHE_HOME/retrieval/eval).")
+@workers_option()
+@json_option("Print the rows as JSON.")
+@click.pass_context
+def bench_peers(ctx, data_root, presets, sets, work, workers, as_json):
+    """Each PRESET and ASMK* on every real set, same features and training images, one table.
+
+    Training is transductive (each set's own images, as indexing a folder does); the Oxford crops are scored over
+    their true and false lists (docs/results.md, "Against ASMK*").
+    """
+    from pathlib import Path
+
+    from retrieval.bench.peers import REAL_SETS, peers
+
+    rows = peers(data_root, presets=presets, sets=sets or REAL_SETS,
+                 work_dir=Path(work) if work else _default_work_dir(), workers=workers,
+                 progress=not ctx.obj.get("quiet"))
+    if as_json:
+        click.echo(_dump(rows))
+        return
+    names = list(rows[0]["presets"]) if rows else []
+    click.echo("| set | images / queries | " + " | ".join(names) + " | ASMK* | best preset - ASMK* |")
+    click.echo("|---|---|" + "---|" * len(names) + "---|---|")
+    for r in rows:
+        maps = [r["presets"][n]["mAP"] for n in names]
+        click.echo(f"| {r['set']} | {r['images']} / {r['queries']} | " + " | ".join(f"{m:.4f}" for m in maps)
+                   + f" | {r['asmk']['mAP']:.4f} | {max(maps) - r['asmk']['mAP']:+.4f} |")
