@@ -59,8 +59,9 @@ def test_digest_is_computed_from_the_preset_as_given():
         assert preset_digest(d) == hashlib.sha256(blob).hexdigest()[:16]
     # the bundled presets' digests as recorded by existing index folders (unchanged by the typed configuration)
     # default and compact: search.min_inliers 6 -> 9 (the calibrated verification threshold); query-time only,
-    # so their version (which existing index folders are checked against) is unchanged
-    assert preset_digest(load_preset("default")) == "2869064859c46d18"
+    # so their version (which existing index folders are checked against) is unchanged; default: also
+    # search.query_expansion 0 -> 1 (query-time)
+    assert preset_digest(load_preset("default")) == "1c677e053f0dc1d0"
     assert preset_digest(load_preset("compact")) == "9e2330e82788e6d2"
     assert preset_digest(load_preset("object")) == "09ba1bf729179115"
 
