@@ -264,13 +264,19 @@ class ObjectSearcher:
                                            get_features, excl)
         if n_qe and verified:
             hw, htf = [qw], [qtf]
-            for hit in verified[:n_qe]:
+            for hit in verified:
+                if len(hw) > n_qe:
+                    break
                 words, weights, frames, _ = self._fwd[hit.id]
                 inside = select_in_box(frames, hit.box)
                 if inside.any():
                     w2, t2 = self._histogram(words[inside], weights[inside])
+                    if len(w2) == len(qw) and np.array_equal(w2, qw) and np.allclose(t2, qtf):
+                        continue  # the query's own image (or an exact copy) adds nothing: skipped
                     hw.append(w2)
                     htf.append(t2)
+            if len(hw) == 1:
+                return hits
             allw = np.concatenate(hw)
             allt = np.concatenate(htf) / len(hw)
             qw2, qtf2 = self._histogram(allw, allt)

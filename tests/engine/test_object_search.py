@@ -162,3 +162,26 @@ def test_object_similarity_matches_its_formula_and_keeps_the_order(method):
         np.testing.assert_allclose(sim, n1 / (n1 + excess), rtol=1e-9)
     with pytest.raises(ValueError, match="method must be one of"):
         object_similarity(d, "cosine", Q, weight)
+
+
+def test_query_expansion_skips_the_query_own_image(world):
+    """With the query's own image indexed (a whole-image query in its own collection), expansion by 1 must
+    use the best verified *other* image: averaging the query with itself would change nothing."""
+    s, db, q = world
+    s.add([200], [q])
+    feats = {100 + j: f for j, f in enumerate(db)} | {200: q}
+    kw = {"bbox": None, "k": 8, "method": "l1", "rerank": "spatial", "get_features": feats.__getitem__}
+    try:
+        def dist(hits):
+            return {h.id: h.distance for h in hits}
+
+        plain = dist(s.search(q, exclude=[200], **kw))
+        other = dist(s.search(q, query_expansion=1, exclude=[200], **kw))
+        hits = s.search(q, query_expansion=1, **kw)
+        assert hits[0].id == 200 and hits[0].verified  # the copy: first and verified
+        got = dist(hits)
+        assert any(abs(other[i] - plain[i]) > 1e-9 for i in set(other) & set(plain))  # expansion matters here
+        for i in set(got) & set(other):
+            assert got[i] == pytest.approx(other[i], abs=1e-12)  # the same expanded query: the copy skipped
+    finally:
+        s.remove([200])
