@@ -9,6 +9,7 @@ small random set: a speed and memory measurement only (no recall).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -45,21 +46,24 @@ def gaussian_data(n, nq, ntrain, d, seed=0):
 
 
 def rootsift_descriptors(min_count: int, cache_dir: Path, threshold: float = 1.0, max_side: int = 1024):
-    """RootSIFT descriptors (float32, 128-d) of Hessian-affine regions of every image under ../shared/data.
+    """RootSIFT descriptors (float32, 128-d) of Hessian-affine regions of the 114 shared images under
+    ../shared/data (every image except the independent benchmark photos of ``data/real/``).
 
     Extracted once with :class:`retrieval.features.FeatureExtractor` (``threshold`` lowered from pyhesaff's 5.33
-    to get more regions) and cached as ``cache_dir/bench-rootsift-<config_key>.npy``; raises when fewer than
-    ``min_count`` descriptors exist.
+    to get more regions) and cached as ``cache_dir/bench-rootsift-<config_key>-<image list digest>.npy``; raises
+    when fewer than ``min_count`` descriptors exist.
     """
     ex = FeatureExtractor("hesaff", max_side=max_side, threshold=threshold)
-    cache = Path(cache_dir) / f"bench-rootsift-{ex.config_key}.npy"
+    root = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS
+                   and "real" not in p.relative_to(root).parts)
+    if not paths:
+        raise FileNotFoundError(f"no images found under {root} for --data rootsift.")
+    names = hashlib.sha256("\n".join(p.relative_to(root).as_posix() for p in paths).encode()).hexdigest()[:10]
+    cache = Path(cache_dir) / f"bench-rootsift-{ex.config_key}-{names}.npy"
     if cache.exists():
         desc = np.load(cache, allow_pickle=False)
     else:
-        root = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-        paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
-        if not paths:
-            raise FileNotFoundError(f"no images found under {root} for --data rootsift.")
         parts = []
         for i, p in enumerate(paths):
             try:
