@@ -142,8 +142,10 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
 
     def run(q, method, rerank, a):
         junk = [ids[p] for p in q.get("junk", ()) if p in ids]
+        # spatial verification on the stored features (ratio-test matches), as the object preset searches
         hits = searcher.search(features[q["query"]], bbox=q["box"], k=n_db, method=method, alpha=a,
-                               rerank=rerank, exclude=[ids[q["query"]]] + junk)
+                               rerank=rerank, exclude=[ids[q["query"]]] + junk,
+                               get_features=lambda i: features[paths[int(i)]])
         target = ids[q["target"]]
         rank = next((r for r, h in enumerate(hits) if h.id == target), None)
         top = hits[0] if hits else None
