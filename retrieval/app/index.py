@@ -40,6 +40,7 @@ from retrieval.app.index_build import IndexBuildMixin
 from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos are part of this API)
     LazyFeatures,
     SyncReport,
+    adopt_thresholds,
     file_stat,
     image_meta,
     progress_callback,
@@ -60,26 +61,6 @@ INDEX_FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------- the index
-
-# Query-time keys whose bundled value rose when the threshold was measured (0.2.0: 9 one-to-one inliers, a 0.03 %
-# false-verification rate); an index built with an older copy of a bundled preset uses the current value.
-_THRESHOLDS = (("search", "min_inliers"), ("object_search", "min_inliers"))
-
-
-def _adopt_thresholds(path, stored: dict, current: dict) -> dict:
-    """``stored`` with each :data:`_THRESHOLDS` value raised to the bundled preset's ``current`` one (in memory;
-    these keys change no stored data). A lower value in a bundled preset's copy can only come from an older
-    release, since ``retrieval index`` takes no overrides."""
-    out = stored
-    for section, key in _THRESHOLDS:
-        old = (stored.get(section) or {}).get(key)
-        cfg = getattr(preset_config(current), section, None)
-        new = getattr(cfg, key, None)
-        if isinstance(old, int) and isinstance(new, int) and old < new:
-            out = {**out, section: {**out[section], key: new}}
-            logger.info("%s: %s.%s %d -> %d (the bundled preset's measured threshold; the index was built with an "
-                        "older copy of preset %r)", path, section, key, old, new, stored["name"])
-    return out
 
 class Index(GenerationsMixin, IndexBuildMixin):
     """A searchable index of a photo folder, stored in an index folder (see the module docstring).
@@ -169,7 +150,7 @@ class Index(GenerationsMixin, IndexBuildMixin):
                     f"{path}: index made with preset {name!r} version {version}, but this library's {name!r} "
                     f"preset is version {current['version']}; rebuild it: delete the folder and run "
                     f"'retrieval index PHOTO_DIR --index {path} --preset {name}'.")
-            preset = _adopt_thresholds(path, preset, current)
+            preset = adopt_thresholds(path, preset, current)
         return cls(path, cat, preset)
 
     # ------------------------------------------------------------------ helpers
