@@ -137,11 +137,10 @@ def adopt_thresholds(path, stored: dict, current: dict) -> dict:
     """``stored`` with each :data:`_THRESHOLDS` value raised to the bundled preset's ``current`` one (in memory;
     these keys change no stored data). A lower value in a bundled preset's copy can only come from an older
     release, since ``retrieval index`` takes no overrides."""
-    out = stored
+    out, cfg = stored, preset_config(current)
     for section, key in _THRESHOLDS:
         old = (stored.get(section) or {}).get(key)
-        cfg = getattr(preset_config(current), section, None)
-        new = getattr(cfg, key, None)
+        new = getattr(getattr(cfg, section, None), key, None)
         if isinstance(old, int) and isinstance(new, int) and old < new:
             out = {**out, section: {**out[section], key: new}}
             logger.info("%s: %s.%s %d -> %d (the bundled preset's measured threshold; the index was built with an "

@@ -62,9 +62,16 @@ class ObjectBackend(Backend):
         self.searcher.save(Path(folder) / "searcher")
         return {"files": ["searcher"]}
 
+    def _loaded(self, folder: Path) -> ObjectSearcher:
+        """The saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
+        opened with a raised threshold, :func:`retrieval.app.index_support.adopt_thresholds`, uses it)."""
+        searcher = ObjectSearcher.load(folder)
+        searcher.min_inliers = self.config.object_search.min_inliers
+        return searcher
+
     def load_model(self, folder: Path, info: dict) -> None:
         self._model_folder = Path(folder) / "searcher"
-        self.searcher = ObjectSearcher.load(self._model_folder)
+        self.searcher = self._loaded(self._model_folder)
         self.trained = True
 
     @property
@@ -106,7 +113,7 @@ class ObjectBackend(Backend):
         folder = Path(folder)
         check_state_header(folder, self.kind)
         self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
-        self.searcher = ObjectSearcher.load(folder / "searcher")
+        self.searcher = self._loaded(folder / "searcher")
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
                **options) -> list[Hit]:
@@ -120,7 +127,6 @@ class ObjectBackend(Backend):
             raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
         alpha = float(options.pop("alpha", s.alpha))
-        self.searcher.min_inliers = self.config.object_search.min_inliers  # the preset's (a query-time key)
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")

@@ -40,7 +40,7 @@ class CropsBenchmark:
     negatives: dict
 
 
-def _read_list(path: Path) -> set:
+def _read_list(path: Path, extensions) -> set:
     names = set()
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         s = line.strip()
@@ -48,7 +48,7 @@ def _read_list(path: Path) -> set:
             continue
         if "/" in s or "\\" in s:
             raise ValueError(f"{path}:{i}: expected an image name, not a path; got {s!r}.")
-        names.add(Path(s).stem if Path(s).suffix.lower() in (".jpg", ".jpeg", ".png") else s)
+        names.add(Path(s).stem if Path(s).suffix.lower() in extensions else s)
     return names
 
 
@@ -60,7 +60,7 @@ def load_crops(root, extensions) -> CropsBenchmark:
     root : path
         Folder of ``NAME.<ext>`` query images with ``NAME_TP.txt`` (and optionally ``NAME_FP.txt``).
     extensions : tuple of str
-        Image extensions (lower case, with the dot) accepted for the query images.
+        Image extensions (lower case, with the dot): of the query images, and stripped from list entries.
     """
     root = Path(root)
     queries, files, pos, neg = [], {}, {}, {}
@@ -69,11 +69,11 @@ def load_crops(root, extensions) -> CropsBenchmark:
         imgs = [p for p in sorted(root.glob(name + ".*")) if p.suffix.lower() in extensions]
         if not imgs:
             raise ValueError(f"{tp}: no query image {name}.<{'|'.join(e[1:] for e in extensions)}> beside it.")
-        p = _read_list(tp)
+        p = _read_list(tp, extensions)
         if not p:
             raise ValueError(f"{tp}: empty list; expected at least one true match.")
         fp = root / f"{name}_FP.txt"
-        n = _read_list(fp) if fp.is_file() else None
+        n = _read_list(fp, extensions) if fp.is_file() else None
         if n is not None and n & p:
             raise ValueError(f"{fp}: {sorted(n & p)[0]!r} is also in {tp.name}; an image is a true or a false "
                              "match, not both.")
