@@ -124,8 +124,12 @@ def box_queries(root, *, shrink: float = 0.8) -> list[dict]:
 
 def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, methods=("l1", "delta1"),
              reranks=("none", "exact", "spatial"), alpha: float = 0.5, alphas=(), assignment: str = "hard",
-             k: int = 10, vocabulary_params=None, random_state=0, searcher: ObjectSearcher | None = None) -> dict:
+             k: int = 10, vocabulary_params=None, random_state=0, searcher: ObjectSearcher | None = None,
+             asmk_alpha: float = 3.0, query_words: int = 5) -> dict:
     """Run the box queries against a database of every image in ``features`` ({path: LocalFeatures}).
+
+    ``methods`` may include ``"asmk"`` (the searcher then stores binary signatures; selectivity ``asmk_alpha``,
+    ``query_words`` words per query descriptor, as the ``accurate`` preset).
 
     Returns a dict: ``configs`` (one row per method x rerank: top1 rate, box IoU >= 0.5 rate for the top hit,
     mAP = mean reciprocal rank of the target), ``alpha_sweep`` (delta1, no re-ranking: mAP and top1 per alpha),
@@ -135,7 +139,8 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
     ids = {p: i for i, p in enumerate(paths)}
     if searcher is None:
         searcher = ObjectSearcher(n_words, assignment=assignment, random_state=random_state,
-                                  vocabulary_params=vocabulary_params)
+                                  vocabulary_params=vocabulary_params, signatures="asmk" in methods,
+                                  query_words=query_words)
         searcher.fit([features[p] for p in paths])
         searcher.add(np.arange(len(paths)), [features[p] for p in paths])
     n_db = len(paths)
@@ -156,11 +161,12 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
     configs, per_query = [], {}
     for method in methods:
         for rerank in reranks:
-            rows = [run(q, method, rerank, alpha) for q in queries]
+            rows = [run(q, method, rerank, asmk_alpha if method == "asmk" else alpha) for q in queries]
             for q, r in zip(queries, rows, strict=True):
                 per_query.setdefault(q["name"], {})[f"{method}/{rerank}"] = r
             configs.append({
-                "method": method, "rerank": rerank, "alpha": alpha if method.startswith("delta") else None,
+                "method": method, "rerank": rerank,
+                "alpha": alpha if method.startswith("delta") else asmk_alpha if method == "asmk" else None,
                 "n_queries": len(rows),
                 "top1": float(np.mean([r["rank"] == 1 for r in rows])),
                 "box_iou50_top1": float(np.mean([r["iou"] >= 0.5 for r in rows])),
@@ -173,3 +179,27 @@ def evaluate(features: dict, queries: list[dict], *, n_words: int = 20000, metho
                       "mAP": float(np.mean([1.0 / r["rank"] if r["rank"] else 0.0 for r in rows]))})
     return {"n_images": n_db, "n_words": searcher.n_words, "assignment": searcher.assignment, "configs": configs,
             "alpha_sweep": sweep, "per_query": per_query, "searcher": searcher}
+
+
+def evaluate_asmk_reference(features: dict, queries: list[dict], *, seed: int = 0) -> dict:
+    """ASMK* (the ``asmk`` package, :data:`retrieval.bench.peers.ASMK_STAR`) on the same box queries: codebook
+    learnt on every image's RootSIFT (as :func:`evaluate`'s vocabulary), each query's descriptors restricted to its
+    box; returns ``{"method": "ASMK*", "top1", "mAP", "n_queries"}`` (mean reciprocal rank of the target, the query
+    and its junk ignored)."""
+    from retrieval.bench.peers import _rootsift, asmk_index, asmk_ranks
+    from retrieval.features.frames import select_in_box
+
+    paths = sorted(features)
+    ids = {p: i for i, p in enumerate(paths)}
+    descs = [_rootsift(features[p]) for p in paths]
+    method, _, _ = asmk_index(descs, descs, seed=seed)
+    rr = []
+    for q in queries:
+        f = features[q["query"]]
+        ignore = {ids[q["query"]]} | {ids[p] for p in q.get("junk", ()) if p in ids}
+        ranked = [int(r) for r in asmk_ranks(method, _rootsift(f)[select_in_box(f, q["box"])], len(paths))
+                  if int(r) not in ignore]
+        target = ids[q["target"]]
+        rr.append(1.0 / (ranked.index(target) + 1) if target in ranked else 0.0)
+    return {"method": "ASMK*", "n_queries": len(rr), "top1": float(np.mean([r == 1.0 for r in rr])),
+            "mAP": float(np.mean(rr))}

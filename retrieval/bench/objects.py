@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import time
 
-from retrieval.bench.object_eval import box_queries, evaluate, shared_images
+from retrieval.bench.object_eval import box_queries, evaluate, evaluate_asmk_reference, shared_images
 from retrieval.features import FeatureExtractor
 from retrieval.features.store import FeatureStore
 
 
 def bench_object(data_root, *, feature_store=".cache/object-features", n_words: int = 20000,
                  assignment: str = "hard", methods=("l1", "delta1"), reranks=("none", "exact", "spatial"),
-                 alpha: float = 0.5, alphas=(0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 5), seed: int = 0) -> dict:
+                 alpha: float = 0.5, alphas=(0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 5), seed: int = 0,
+                 reference: bool = False) -> dict:
     """Top-1 and box IoU rates of each (method, re-ranking) and the delta1 alpha sweep.
 
     Returns :func:`~retrieval.bench.object_eval.evaluate`'s dict without the searcher, plus ``seconds``
-    (evaluation time) and ``queries`` (names).
+    (evaluation time), ``queries`` (names) and, with ``reference``, ``reference``: ASMK* (the ``asmk`` package)
+    on the same features and boxes (:func:`~retrieval.bench.object_eval.evaluate_asmk_reference`).
     """
     ex = FeatureExtractor("hesaff")
     store = FeatureStore(feature_store)
@@ -33,4 +35,6 @@ def bench_object(data_root, *, feature_store=".cache/object-features", n_words: 
     res.pop("searcher")
     res["seconds"] = time.perf_counter() - t0
     res["queries"] = [q["name"] for q in queries]
+    if reference:
+        res["reference"] = evaluate_asmk_reference(feats, queries, seed=seed)
     return res

@@ -46,6 +46,35 @@ def _rootsift(features) -> np.ndarray:
     return np.ascontiguousarray(root_sift(d) if d.dtype == np.uint8 else d, dtype=np.float32)
 
 
+def asmk_index(train_descriptors, db_descriptors, *, codebook_size=None, seed=0):
+    """ASMK* (:data:`ASMK_STAR`) trained on ``train_descriptors`` and indexing ``db_descriptors`` (lists of (n, d)
+    float32 arrays, one per image; database image i gets id i). Returns ``(method, params, n_train)``."""
+    try:
+        from asmk import ASMKMethod
+    except ImportError:  # pragma: no cover - the benchmark extra installs it
+        raise ImportError("the ASMK* reference needs the 'asmk' package: pip install 'retrieval[bench]'") from None
+    tdesc = np.concatenate([d for d in train_descriptors if len(d)])
+    if len(tdesc) > MAX_TRAIN_DESCRIPTORS:
+        rng = np.random.default_rng(seed)
+        tdesc = tdesc[np.sort(rng.choice(len(tdesc), MAX_TRAIN_DESCRIPTORS, replace=False))]
+    n_train = len(tdesc)
+    size = codebook_size or min(ASMK_STAR["train_codebook"]["codebook"]["size"], max(64, n_train // 4))
+    params = {**ASMK_STAR, "train_codebook": {"codebook": {"size": int(size)}}}
+    method = ASMKMethod.initialize_untrained(params).train_codebook(tdesc)
+    del tdesc
+    imids = [np.full(len(d), i, np.int64) for i, d in enumerate(db_descriptors)]
+    method = method.build_ivf(np.concatenate(db_descriptors), np.concatenate(imids))
+    return method, params, n_train
+
+
+def asmk_ranks(method, descriptors, n_db: int) -> np.ndarray:
+    """Database rows (n_db,) ranked by ASMK* for one query's descriptors (all rows, in order, when it has none)."""
+    if len(descriptors) == 0:
+        return np.arange(n_db)
+    _, _, ranks, _ = method.query_ivf(descriptors, np.zeros(len(descriptors), np.int64))
+    return np.asarray(ranks[0])
+
+
 def asmk_rankings(dataset: RetrievalDataset, *, extractor_kwargs: dict, cache_dir, train_paths=None,
                   codebook_size: int | None = None, k: int | None = None, seed: int = 0) -> dict:
     """Rank ``dataset``'s queries with ASMK* (:data:`ASMK_STAR`).
@@ -73,34 +102,16 @@ def asmk_rankings(dataset: RetrievalDataset, *, extractor_kwargs: dict, cache_di
         ``{"rankings": {query name: [database names]}, "params", "codebook_size", "train_descriptors",
         "query_seconds_mean", "index_seconds"}``.
     """
-    try:
-        from asmk import ASMKMethod
-    except ImportError:  # pragma: no cover - the benchmark extra installs it
-        raise ImportError("the ASMK* reference needs the 'asmk' package: pip install 'retrieval[bench]'") from None
     store = FeatureStore(Path(cache_dir))
     extractor = FeatureExtractor(**extractor_kwargs)
     db_paths = [Path(dataset.paths[n]) for n in dataset.database]
     train = [Path(p) for p in train_paths] if train_paths is not None else db_paths
 
     t0 = time.perf_counter()
-    tdesc = [_rootsift(store.get_or_extract(p, extractor)) for p in train]
-    tdesc = np.concatenate([d for d in tdesc if len(d)])
-    if len(tdesc) > MAX_TRAIN_DESCRIPTORS:
-        rng = np.random.default_rng(seed)
-        tdesc = tdesc[np.sort(rng.choice(len(tdesc), MAX_TRAIN_DESCRIPTORS, replace=False))]
-    n_train = len(tdesc)
-    size = codebook_size or min(ASMK_STAR["train_codebook"]["codebook"]["size"], max(64, n_train // 4))
-    params = {**ASMK_STAR, "train_codebook": {"codebook": {"size": int(size)}}}
-    method = ASMKMethod.initialize_untrained(params).train_codebook(tdesc)
-    del tdesc
-
-    vecs, imids = [], []
-    for i, p in enumerate(db_paths):
-        d = _rootsift(store.get_or_extract(p, extractor))
-        vecs.append(d)
-        imids.append(np.full(len(d), i, np.int64))
-    method = method.build_ivf(np.concatenate(vecs), np.concatenate(imids))
-    del vecs, imids
+    method, params, n_train = asmk_index([_rootsift(store.get_or_extract(p, extractor)) for p in train],
+                                         [_rootsift(store.get_or_extract(p, extractor)) for p in db_paths],
+                                         codebook_size=codebook_size, seed=seed)
+    size = params["train_codebook"]["codebook"]["size"]
     index_seconds = time.perf_counter() - t0
 
     n_db = len(db_paths)
@@ -112,11 +123,7 @@ def asmk_rankings(dataset: RetrievalDataset, *, extractor_kwargs: dict, cache_di
         if q.box is not None:
             d = d[select_in_box(f, q.box)]
         t1 = time.perf_counter()
-        if len(d) == 0:
-            ranks = np.arange(n_db)
-        else:
-            _, _, ranks, _ = method.query_ivf(d, np.zeros(len(d), np.int64))
-            ranks = ranks[0]
+        ranks = asmk_ranks(method, d, n_db)
         times.append(time.perf_counter() - t1)
         rankings[q.name] = [dataset.database[int(r)] for r in ranks[:kk]]
     return {"rankings": rankings, "params": params, "codebook_size": int(size),

@@ -119,8 +119,9 @@ def _print_hits(hits, as_json: bool) -> None:
 @json_option("Print a JSON list of {rank, path, score, inliers?, box?, similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
 @click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
-              "expectation, lower_bound; object: l1, l2, delta1, delta2).")
-@click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2 (object preset).")
+              "expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
+@click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2, or the selectivity exponent of "
+              "asmk (object presets).")
 @click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "

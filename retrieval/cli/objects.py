@@ -132,14 +132,17 @@ def train_akm(descriptors, n_words, out, n_iter, nprobe, max_descriptors, seed):
               help="Feature cache folder (hesaff, default parameters).")
 @click.option("--words", "n_words", default=20000, show_default=True, help="Vocabulary size.")
 @click.option("--assignment", type=click.Choice(["hard", "soft"]), default="hard", show_default=True)
-@click.option("--methods", default="l1,delta1", show_default=True)
+@click.option("--methods", default="l1,delta1", show_default=True, help="Any of l1, l2, delta1, delta2, asmk.")
 @click.option("--reranks", default="none,exact,spatial", show_default=True)
 @click.option("--alpha", default=0.5, show_default=True, help="alpha_1 / alpha_2 for the method table.")
 @click.option("--alphas", default="0.05,0.1,0.2,0.3,0.5,0.7,1,1.5,2,5", show_default=True,
               help="alpha_1 sweep (delta1, no re-ranking); empty to skip.")
+@click.option("--compare", type=click.Choice(["asmk"]), default=None,
+              help="Also run ASMK* (the asmk package, bench extra) on the same features and boxes.")
 @seed_option()
 @json_option()
-def bench_object_cmd(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, seed, as_json):
+def bench_object_cmd(data_root, feature_store, n_words, assignment, methods, reranks, alpha, alphas, compare, seed,
+                     as_json):
     """Box queries (16 homogr pairs + box/box_in_scene) among all shared images: top-1 and box IoU rates.
 
     The vocabulary is learnt on the database images themselves (the Oxford105K protocol of Zhu et al. 2013).
@@ -153,7 +156,7 @@ def bench_object_cmd(data_root, feature_store, n_words, assignment, methods, rer
         raise click.BadParameter(f"expected comma-separated numbers, got {alphas!r}", param_hint="--alphas") from None
     res = bench_object(data_root, feature_store=feature_store, n_words=n_words, assignment=assignment,
                        methods=csv_items(methods), reranks=csv_items(reranks), alpha=alpha, alphas=alpha_values,
-                       seed=seed)
+                       seed=seed, reference=compare == "asmk")
     if as_json:
         echo_json(res)
         return
@@ -161,5 +164,8 @@ def bench_object_cmd(data_root, feature_store, n_words, assignment, methods, rer
     for c in res["configs"]:
         click.echo(f"  {c['method']:7s} rerank={c['rerank']:8s} top1 {c['top1']:.3f}  box IoU>=0.5 "
                    f"{c['box_iou50_top1']:.3f}  mAP {c['mAP']:.3f}")
+    if "reference" in res:
+        r = res["reference"]
+        click.echo(f"  ASMK*   (asmk package)    top1 {r['top1']:.3f}                     mAP {r['mAP']:.3f}")
     for s in res["alpha_sweep"]:
         click.echo(f"  delta1 alpha={s['alpha']:<5g} top1 {s['top1']:.3f}  mAP {s['mAP']:.3f}")

@@ -35,8 +35,9 @@ exactly (from ``index.min_images`` images); ``adc`` exhaustive PQ/ADC ranking (J
 only); ``ivfadc_adc`` IVFADC ranking by its own ADC distances (Jegou et al. 2012, sec. VI-C, codes only)."""
 BINARY_DISTANCES = ("hamming", "expectation", "expectation_hat", "lower_bound")
 """Distances of the binary backend (``search.method``; Gordo et al. 2014)."""
-OBJECT_METHODS = ("l1", "l2", "delta1", "delta2")
-"""Dissimilarities of the object backend (``search.method``; Zhu et al. 2013)."""
+OBJECT_METHODS = ("l1", "l2", "delta1", "delta2", "asmk")
+"""Scorings of the object backend (``search.method``): the dissimilarities of Zhu et al. 2013 and the aggregated
+selective match kernel with binary signatures (ASMK*, Tolias et al. 2013; needs ``object_search.signatures``)."""
 BINARY_EMBEDDINGS = ("LSH", "LSBC", "SH", "PCAE", "PCAERR", "PCAEITQ")
 """Classes of :mod:`retrieval.codes.binary` a binary preset may name (``index.embedding``)."""
 
@@ -309,7 +310,7 @@ class TrainingConfig(_Section):
 class SearchConfig(_Section):
     section: ClassVar[str] = "search"
     method: str = _key(None, "scoring: ip (global); hamming, expectation, expectation_hat, lower_bound (binary, "
-                       "default expectation); l1, l2, delta1, delta2 (object, default delta1)", kind=str,
+                       "default expectation); l1, l2, delta1, delta2, asmk (object, default delta1)", kind=str,
                        choices=SEARCH_METHODS, by_kind=lambda values, kind: DEFAULT_SEARCH_METHOD[kind])
     rerank: str = _key("none", "re-ranking of the shortlist: none, spatial (global, binary); none, exact, "
                        "spatial (object)", kind=str, choices=RERANKS)
@@ -318,10 +319,12 @@ class SearchConfig(_Section):
     min_inliers: int = _key(DEFAULT_MIN_INLIERS, "global, binary: one-to-one inliers for a verified match (9: false-verification rate 0.03 % on 20,000 unrelated real pairs, docs/results.md)", low=1, used=_kinds("global", "binary"))
     ratio: float = _key(0.85, "global, binary: Lowe's ratio test of the tentative matches", kind=float, low=0,
                         high=1, closed="right", used=_kinds("global", "binary"))
-    alpha: float = _key(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11)",
+    alpha: float = _key(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11), the "
+                        "selectivity exponent of asmk (Tolias et al. 2013, eq. 7)",
                         kind=float, low=0, used=_kinds("object"))
     query_expansion: int = _key(0, "average query expansion: the query averaged with this many verified hits "
-                                "(global vectors; object: BoW histograms in the matched boxes) and searched again; "
+                                "(global vectors; object: BoW histograms or asmk signatures in the matched boxes) and "
+                                "searched again; "
                                 "0 = off; needs rerank spatial", low=0)
 
 
@@ -338,6 +341,11 @@ class ObjectSearchConfig(_Section):
     min_inliers: int = _key(DEFAULT_MIN_INLIERS, "one-to-one inliers for a verified match (as search.min_inliers)", low=1)
     vocabulary_params: dict | None = _key(None, "extra ApproximateKMeans parameters (n_iter, nprobe, ...)",
                                           kind=dict, nullable=True)
+    signatures: bool = _key(False, "store per image and word the binary signature of the aggregated residual "
+                            "(search.method asmk)", kind=bool)
+    query_words: int = _key(1, "asmk: words per query descriptor (multiple assignment)", low=1)
+    threshold: float = _key(0.0, "asmk: threshold tau of the selective function", kind=float, low=-1)
+    asymmetric: bool = _key(True, "asmk: query residuals not binarised (asymmetric similarity)", kind=bool)
 
     def searcher_kwargs(self, training: TrainingConfig) -> dict:
         """Keyword arguments of :class:`ObjectSearcher` (seed and training sample size from ``training``)."""
@@ -421,6 +429,9 @@ class Preset:
             if name in NULLABLE_SECTIONS and data.get(name) is None:
                 continue
             values[name] = section.parse(data.get(name, {}), where, kind)
+        if kind == "object" and values["search"].method == "asmk" and not values["object_search"].signatures:
+            raise PresetError(f"preset {where}: search.method 'asmk' scores binary signatures: it needs "
+                              f"object_search.signatures = true.")
         return cls(**values, _given=tuple(data))
 
     def to_dict(self, full: bool = False) -> dict:

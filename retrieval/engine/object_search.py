@@ -38,7 +38,9 @@ from retrieval.rerank.boxes import project_box
 from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 from retrieval.search import dissimilarities as dis
-from retrieval.search.invfile import METHODS, InvertedFile, histogram_rows, topk_smallest
+from retrieval.search import smk
+from retrieval.search.invfile import METHODS as BOW_METHODS
+from retrieval.search.invfile import InvertedFile, histogram_rows, topk_smallest
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ __all__ = ["ObjectSearcher"]
 FORMAT = "retrieval-object-searcher"
 FORMAT_VERSION = 1
 RERANK = ("none", "exact", "spatial")
+METHODS = (*BOW_METHODS, "asmk")
+"""Scorings: the BoW dissimilarities of Zhu et al. 2013 and the aggregated selective match kernel (ASMK*, Tolias et
+al. 2013, :mod:`retrieval.search.smk`; needs ``signatures=True``)."""
 
 
 VERIFY_RATIO = 0.85  # ratio test of the verification's tentative matches: the presets' search.ratio
@@ -72,6 +77,11 @@ class ObjectSearcher:
     rootsift : bool -- turn uint8 SIFT into RootSIFT before assignment
     max_train_descriptors : int -- descriptors sampled for vocabulary training
     vocabulary_params : dict or None -- extra parameters of :class:`ApproximateKMeans` (n_iter, nprobe, ...)
+    signatures : bool -- also store, per image and word, the binary signature of the aggregated residual
+        (:class:`retrieval.search.smk.SMKFile`), for ``method="asmk"``
+    query_words : int -- ``method="asmk"``: words per query descriptor (multiple assignment, Tolias et al. 2013)
+    threshold : float -- ``method="asmk"``: tau of the selective function (eq. 7)
+    asymmetric : bool -- ``method="asmk"``: the query residuals are not binarised (Gordo et al.)
     random_state : None, int or Generator
 
     Attributes
@@ -83,6 +93,7 @@ class ObjectSearcher:
     def __init__(self, n_words: int = 100_000, *, assignment: str = "hard", idf: bool = True,
                  shortlist: int = 200, min_inliers: int = DEFAULT_MIN_INLIERS, rootsift: bool = True,
                  max_train_descriptors: int = 1_000_000, vocabulary_params: dict | None = None,
+                 signatures: bool = False, query_words: int = 1, threshold: float = 0.0, asymmetric: bool = True,
                  random_state=None):
         self.n_words = n_words
         self.assignment = assignment
@@ -92,6 +103,10 @@ class ObjectSearcher:
         self.rootsift = rootsift
         self.max_train_descriptors = max_train_descriptors
         self.vocabulary_params = vocabulary_params
+        self.signatures = signatures
+        self.query_words = query_words
+        self.threshold = threshold
+        self.asymmetric = asymmetric
         self.random_state = random_state
         self._fwd = {}  # id -> (words (F, r) int32, weights (F, r) float32, frames (F, 6) float32, size (w, h))
 
@@ -102,6 +117,7 @@ class ObjectSearcher:
         check_scalar(self.shortlist, "shortlist", own, low=1)
         check_scalar(self.min_inliers, "min_inliers", own, low=1)
         check_scalar(self.max_train_descriptors, "max_train_descriptors", own, low=1)
+        check_scalar(self.query_words, "query_words", own, low=1)
 
     # ------------------------------------------------------------------ training and indexing
     def fit(self, features_list, y=None) -> ObjectSearcher:
@@ -118,6 +134,8 @@ class ObjectSearcher:
         self.vocabulary_ = ApproximateKMeans(self.n_words, random_state=rng, **params).fit(X)
         self.vocabulary_.random_state = None
         self.invfile_ = InvertedFile(self.n_words, idf=self.idf)
+        if self.signatures:
+            self.smk_ = smk.SMKFile(self.n_words, X.shape[1], idf=self.idf)
         self._fwd = {}
         return self
 
@@ -140,13 +158,19 @@ class ObjectSearcher:
             raise ValueError(f"ids must be a 1-d integer array; got shape {ids.shape} and dtype {ids.dtype}.")
         if len(features_list) != ids.shape[0]:
             raise ValueError(f"ids has {ids.shape[0]} entries but features_list holds {len(features_list)}.")
-        items = []
+        items, signed = [], []
         entries = {}
         for i, f in zip(ids.tolist(), features_list, strict=True):
-            w, wt = self._assign(_descriptors(f, self.rootsift))
+            desc = _descriptors(f, self.rootsift)
+            w, wt = self._assign(desc)
             entries[int(i)] = (w, wt, np.asarray(f.frames, np.float32), tuple(int(v) for v in f.image_size))
             items.append((w.ravel(), wt.ravel()))
+            if self.signatures:   # one word per database descriptor (its nearest), as ASMK*
+                uw, V = smk.aggregate_residuals(desc, w[:, 0], self.vocabulary_.cluster_centers_)
+                signed.append((uw, smk.binarize(V)))
         self.invfile_.add(ids.astype(np.int64), items)   # validates ids (duplicates, already indexed)
+        if self.signatures:
+            self.smk_.add(ids.astype(np.int64), signed)
         self._fwd.update(entries)
         return self
 
@@ -154,6 +178,8 @@ class ObjectSearcher:
         """Remove images by id; returns how many were indexed."""
         check_is_fitted(self, ["vocabulary_"])
         n = self.invfile_.remove(ids)
+        if self.signatures:
+            self.smk_.remove(ids)
         for i in np.asarray(ids, dtype=np.int64).ravel().tolist():
             self._fwd.pop(int(i), None)
         return n
@@ -256,9 +282,11 @@ class ObjectSearcher:
             mask = np.ones(len(query_features), dtype=bool)
         q_frames = np.asarray(query_features.frames, np.float32)[mask]
         q_desc = _descriptors(query_features, self.rootsift)[mask]
+        excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
+        if method == "asmk":
+            return self._search_asmk(q_frames, q_desc, box, k, float(alpha), rerank, get_features, excl, n_qe)
         q_words, q_weights = self._assign(q_desc)
         qw, qtf = self._histogram(q_words, q_weights)
-        excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
         q = (q_frames, q_desc, q_words[:, 0])
         hits, verified = self._search_hist(qw, qtf, q, box, k, method, float(alpha), rerank,
                                            get_features, excl)
@@ -304,7 +332,58 @@ class ObjectSearcher:
         sims = object_similarity(sc, method, qv, weight)
         if rerank == "exact":
             return _hits(ids[:k], sc[:k], sims[:k]), []
-        hits = _hits(ids, sc, sims)
+        return self._verified(_hits(ids, sc, sims), q, box, k, get_features)
+
+    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe):
+        """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
+        aggregated per word, scored against the stored signatures; then verification, and average query expansion
+        in the kernel's space (the verified images' signatures of the words seen inside their matched boxes)."""
+        if not self.signatures:
+            raise ValueError("method 'asmk' needs a searcher built with signatures=True (presets 'accurate' and "
+                             "'object').")
+        centers = self.vocabulary_.cluster_centers_
+        words = (self.vocabulary_.kneighbors(q_desc, self.query_words)[1] if len(q_desc)
+                 else np.zeros((0, self.query_words), np.int64))
+        sw, sV = smk.aggregate_residuals(q_desc, words, centers)
+        q = (q_frames, q_desc, words[:, 0])
+        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl)
+        if not (n_qe and verified):
+            return hits
+        hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
+        own = smk.binarize(hV)
+        parts = [(sw, sV)]
+        for hit in verified:
+            if len(parts) > n_qe:
+                break
+            w2, s2 = self.smk_.signatures_of(hit.id)
+            if len(w2) == len(hw) and np.array_equal(w2, hw) and np.array_equal(s2, own):
+                continue  # the query's own image (or an exact copy) adds nothing: skipped
+            fw, _, frames, _ = self._fwd[hit.id]
+            keep = np.isin(w2, fw[select_in_box(frames, hit.box), 0])
+            if keep.any():
+                parts.append((w2[keep], smk.signature_vectors(s2[keep], centers.shape[1])))
+        if len(parts) == 1:
+            return hits
+        ew, eV = smk.expand_query(parts)
+        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl)[0]
+
+    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl):
+        f = self.smk_
+        sims = f.similarities(sw, sV, alpha=alpha, threshold=self.threshold, asymmetric=self.asymmetric)
+        ids = f.ids_
+        d = 1.0 - sims
+        if excl:
+            d = np.where(np.isin(ids, list(excl)), np.inf, d)
+        R = min(max(self.shortlist, k), int(np.isfinite(d).sum()))
+        top = topk_smallest(d, R)
+        top = top[np.lexsort((ids[top], d[top]))]   # ties broken by id
+        hits = _hits(ids[top], d[top], sims[top])
+        if rerank != "spatial":
+            return hits[:k], []
+        return self._verified(hits, q, box, k, get_features)
+
+    def _verified(self, hits, q, box, k, get_features):
+        """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`)."""
         # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first
         # VERIFY_SHORTLIST images after exact re-ranking are verified, as the global presets' search.shortlist
         for hit in hits[:VERIFY_SHORTLIST] if get_features is not None else hits:
@@ -318,12 +397,15 @@ class ObjectSearcher:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder) -> Path:
-        """Folder: ``header.json``, ``vocabulary.npz``, ``invfile/``, forward arrays (``fwd_*.npy``)."""
+        """Folder: ``header.json``, ``vocabulary.npz``, ``invfile/``, ``signatures/`` (with ``signatures=True``),
+        forward arrays (``fwd_*.npy``)."""
         check_is_fitted(self, ["vocabulary_"])
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.vocabulary_.save(folder / "vocabulary.npz")
         self.invfile_.save(folder / "invfile")
+        if self.signatures:
+            self.smk_.save(folder / "signatures")
         order = [int(i) for i in self.invfile_.ids_.tolist()]
         r = 1 if self.assignment == "hard" else 3
         counts = np.array([self._fwd[i][0].shape[0] for i in order], dtype=np.int64)
@@ -340,7 +422,8 @@ class ObjectSearcher:
         save_npy_atomic(folder / "fwd_frames.npy", cat(2, (0, 6), np.float32))
         save_npy_atomic(folder / "fwd_sizes.npy", np.array([self._fwd[i][3] for i in order], np.int64).reshape(-1, 2))
         params = {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers",
-                                                "rootsift", "max_train_descriptors", "vocabulary_params")}
+                                                "rootsift", "max_train_descriptors", "vocabulary_params",
+                                                "signatures", "query_words", "threshold", "asymmetric")}
         write_json_atomic(folder / "header.json", {
             "format": FORMAT, "format_version": FORMAT_VERSION, "class": "retrieval.engine.object_search.ObjectSearcher",
             "library_version": __version__, "params": params, "ntotal": len(order)})
@@ -360,6 +443,8 @@ class ObjectSearcher:
         obj = cls(**header["params"])
         obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
         obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)
+        if obj.signatures:
+            obj.smk_ = smk.SMKFile.load(folder / "signatures", mmap=mmap)
         mode = "r" if mmap else None
         ld = {n: np.load(folder / f"fwd_{n}.npy", mmap_mode=mode, allow_pickle=False)
               for n in ("ids", "indptr", "words", "weights", "frames", "sizes")}

@@ -142,6 +142,8 @@ def test_sections_of_another_kind_and_malformed_heads_refused():
         Preset.from_dict(_with("object", "object_search", assignment="fuzzy"))
     with pytest.raises(PresetError, match="missing key"):
         Preset.from_dict({"name": "x", "kind": "global"})
+    with pytest.raises(PresetError, match="'asmk' scores binary signatures: it needs object_search.signatures"):
+        Preset.from_dict(_with("object", "search", method="asmk"))
     with pytest.raises(PresetError, match="requires entry 'numpy' must read 'module:attribute'"):
         Preset.from_dict(dict(load_preset("default"), requires=["numpy"]))
     with pytest.raises(PresetError, match="features: The 'threshold' parameter of HessianAffine"):

@@ -185,3 +185,50 @@ def test_query_expansion_skips_the_query_own_image(world):
             assert got[i] == pytest.approx(other[i], abs=1e-12)  # the same expanded query: the copy skipped
     finally:
         s.remove([200])
+
+
+@pytest.fixture(scope="module")
+def asmk_world(world):
+    _, db, q = world
+    s = ObjectSearcher(300, rootsift=False, shortlist=8, vocabulary_params={"n_iter": 3}, signatures=True,
+                       query_words=3, random_state=0)
+    s.fit(db).add(np.arange(100, 112), db)
+    return s, db, q
+
+
+def test_asmk_finds_the_object_and_survives_save_remove(asmk_world, tmp_path):
+    s, db, q = asmk_world
+    box = (50, 50, 150, 150)
+    hits = s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")
+    assert {hits[0].id, hits[1].id} == {102, 108}
+    assert all(0.0 <= h.similarity <= 1.0 and h.distance == pytest.approx(1.0 - h.similarity) for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # the box matters: the clutter outside it shares no object with 102 / 108
+    whole = s.search(q, bbox=None, k=12, method="asmk", alpha=3.0, rerank="none")
+    assert {h.id: h.similarity for h in whole}[102] < {h.id: h.similarity for h in hits}[102]
+    back = ObjectSearcher.load(s.save(tmp_path / "os"))
+    again = back.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")
+    assert [(h.id, h.score) for h in again] == [(h.id, h.score) for h in hits]
+    assert back.remove([102]) == 1
+    assert back.search(q, bbox=box, k=1, method="asmk", alpha=3.0, rerank="none")[0].id == 108
+    with pytest.raises(ValueError, match="signatures=True"):
+        world_plain = ObjectSearcher(300, rootsift=False, vocabulary_params={"n_iter": 1}, random_state=0)
+        world_plain.fit(db).add([1], [db[0]]).search(q, method="asmk")
+
+
+def test_asmk_spatial_verification_and_query_expansion(asmk_world):
+    s, db, q = asmk_world
+    box = (50, 50, 150, 150)
+    feats = {100 + j: f for j, f in enumerate(db)}
+    for qe in (0, 1):
+        hits = s.search(q, bbox=box, k=6, method="asmk", alpha=3.0, rerank="spatial", query_expansion=qe,
+                        get_features=feats.__getitem__)
+        assert {hits[0].id, hits[1].id} == {102, 108}
+        assert all(h.verified and h.inliers >= 20 and h.box is not None for h in hits[:2])
+        assert all(not h.verified for h in hits[2:])
+    # expansion by the verified 102 changes the other images' similarities (it is applied)
+    plain = {h.id: h.similarity for h in s.search(q, bbox=box, k=12, method="asmk", rerank="spatial",
+                                                   get_features=feats.__getitem__)}
+    qe = {h.id: h.similarity for h in s.search(q, bbox=box, k=12, method="asmk", rerank="spatial",
+                                                query_expansion=1, get_features=feats.__getitem__)}
+    assert any(abs(plain[i] - qe[i]) > 1e-9 for i in set(plain) & set(qe))
