@@ -170,28 +170,58 @@ def real_set(name: str, data) -> RetrievalDataset:
     raise ValueError(f"unknown set {name!r}: expected one of {', '.join(REAL_SETS)}.")
 
 
-def peers(data, *, presets=("default",), sets=REAL_SETS, work_dir, workers=1, progress=False) -> list[dict]:
-    """``retrieval bench peers``: each preset and ASMK* on each set, same features and training images
-    (transductive: each set's own database images, as indexing a folder does).
+INDEPENDENT_TRAINING = {"minibench": ("real/holidays805/jpg",), "holidays805": ("real/ukbench400", "real/oxford133/jpg"),
+                        "ukbench400": ("real/holidays805/jpg",), "oxford_crops": ("real/holidays805/jpg",)}
+"""Training folders (under the data folder) of each set under the independent protocol: images of other
+benchmarks, none of them in the set (Holidays for the others; UKBench and Oxford for Holidays)."""
+
+PROTOCOLS = ("transductive", "independent")
+
+
+def training_images(name: str, data, protocol: str):
+    """The training images of set ``name`` under ``protocol`` (None: transductive, the set's own images)."""
+    from retrieval.features.image import IMAGE_EXTENSIONS
+
+    if protocol == "transductive":
+        return None
+    if protocol != "independent":
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}; got {protocol!r}.")
+    out = []
+    for sub in INDEPENDENT_TRAINING[name]:
+        folder = Path(data) / sub
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: not found (independent training images of set {name!r}).")
+        out += sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+    return out
+
+
+def peers(data, *, presets=("default",), sets=REAL_SETS, work_dir, workers=1, progress=False,
+          protocol: str = "transductive") -> list[dict]:
+    """``retrieval bench peers``: each preset and ASMK* on each set, same features and training images:
+    ``protocol`` "transductive" (each set's own database images, as indexing a folder does) or "independent"
+    (:data:`INDEPENDENT_TRAINING`).
 
     Returns
     -------
     list of dict
-        One row per set: ``{"set", "images", "queries", "presets": {name: {"mAP", "query_seconds_mean",
-        "bytes_per_image"}}, "asmk": {"mAP", "query_seconds_mean", "codebook_size"}}``.
+        One row per set: ``{"set", "images", "queries", "protocol", "train_images", "presets": {name: {"mAP",
+        "query_seconds_mean", "bytes_per_image"}}, "asmk": {"mAP", "query_seconds_mean", "codebook_size"}}``.
     """
     from retrieval.app.evaluate import run_benchmark
 
     rows = []
     for name in sets:
         ds = real_set(name, data)
-        row = {"set": name, "images": len(ds.database), "queries": len(ds.queries), "presets": {}}
+        train = training_images(name, data, protocol)
+        row = {"set": name, "images": len(ds.database), "queries": len(ds.queries), "protocol": protocol,
+               "train_images": len(ds.database) if train is None else len(train), "presets": {}}
         report = None
         for preset in presets:
-            report = run_benchmark(ds, preset, work_dir=work_dir, workers=workers, progress=progress)
+            report = run_benchmark(ds, preset, work_dir=work_dir, workers=workers, progress=progress,
+                                   train_images=train)
             row["presets"][report["preset"]] = {k: report[k] for k in ("mAP", "query_seconds_mean",
                                                                         "bytes_per_image")}
-        ref = compare_asmk(ds, report)
+        ref = compare_asmk(ds, report, train_paths=train)
         row["asmk"] = {k: ref[k] for k in ("mAP", "query_seconds_mean", "codebook_size", "train_descriptors")}
         logger.info("%s: %s; ASMK* %.4f", name, ", ".join(f"{p} {v['mAP']:.4f}" for p, v in row["presets"].items()),
                     ref["mAP"])

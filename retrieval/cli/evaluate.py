@@ -251,14 +251,17 @@ def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors
               "ukbench400, oxford_crops [default: all].")
 @click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
               "(default: $XDG_CACHE_HOME/retrieval/eval).")
+@click.option("--protocol", type=click.Choice(["transductive", "independent"]), default="transductive",
+              show_default=True, help="Training images: each set's own (transductive), or another benchmark's "
+              "(independent: Holidays for the others, UKBench + Oxford for Holidays).")
 @workers_option()
 @json_option("Print the rows as JSON.")
 @click.pass_context
-def bench_peers(ctx, data_root, presets, sets, work, workers, as_json):
+def bench_peers(ctx, data_root, presets, sets, work, protocol, workers, as_json):
     """Each PRESET and ASMK* on every real set, same features and training images, one table.
 
-    Training is transductive (each set's own images, as indexing a folder does); the Oxford crops are scored over
-    their true and false lists (docs/results.md, "Against ASMK*").
+    Training is transductive (each set's own images, as indexing a folder does) or independent (--protocol); the
+    Oxford crops are scored over their true and false lists (docs/results.md, "Against ASMK*").
     """
     from pathlib import Path
 
@@ -266,14 +269,16 @@ def bench_peers(ctx, data_root, presets, sets, work, workers, as_json):
 
     rows = peers(data_root, presets=presets, sets=sets or REAL_SETS,
                  work_dir=Path(work) if work else _default_work_dir(), workers=workers,
-                 progress=not ctx.obj.get("quiet"))
+                 progress=not ctx.obj.get("quiet"), protocol=protocol)
     if as_json:
         click.echo(_dump(rows))
         return
     names = list(rows[0]["presets"]) if rows else []
-    click.echo("| set | images / queries | " + " | ".join(names) + " | ASMK* | best preset - ASMK* |")
+    click.echo(f"training: {protocol}")
+    click.echo("| set | images / queries / training | " + " | ".join(names) + " | ASMK* | best preset - ASMK* |")
     click.echo("|---|---|" + "---|" * len(names) + "---|---|")
     for r in rows:
         maps = [r["presets"][n]["mAP"] for n in names]
-        click.echo(f"| {r['set']} | {r['images']} / {r['queries']} | " + " | ".join(f"{m:.4f}" for m in maps)
+        click.echo(f"| {r['set']} | {r['images']} / {r['queries']} / {r['train_images']} | "
+                   + " | ".join(f"{m:.4f}" for m in maps)
                    + f" | {r['asmk']['mAP']:.4f} | {max(maps) - r['asmk']['mAP']:+.4f} |")

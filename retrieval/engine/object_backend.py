@@ -23,6 +23,10 @@ from retrieval.engine.hits import Hit
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.engine.presets import record_reduction
 
+DEFAULT_ALPHA = {"delta1": 0.5, "delta2": 0.5, "asmk": 3.0}
+"""alpha of a scoring chosen with ``--method`` other than the preset's: alpha_1 / alpha_2 = 0.5 (Zhu et al. 2013),
+the selectivity exponent 3 (Tolias et al. 2013); l1 / l2 take none."""
+
 
 class ObjectBackend(Backend):
     """Adapter of :class:`retrieval.engine.object_search.ObjectSearcher` to the backend interface.
@@ -126,7 +130,8 @@ class ObjectBackend(Backend):
         if rerank not in ("none", "exact", "spatial"):
             raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
-        alpha = float(options.pop("alpha", s.alpha))
+        # the preset's alpha belongs to its method; another method chosen at query time gets that method's default
+        alpha = float(options.pop("alpha", s.alpha if method == s.method else DEFAULT_ALPHA.get(method, 1.0)))
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")

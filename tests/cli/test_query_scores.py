@@ -33,7 +33,7 @@ def preset_for(name):
     else:
         p = load_preset("object")
         p.update(name="q-object", version=1)
-        p["object_search"] = {"n_words": 500}
+        p["object_search"] = {**p["object_search"], "n_words": 500}
         p["training"] = {"max_images": 200, "max_descriptors": 20000, "random_state": 0}
     p["search"] = dict(p["search"], rerank="spatial")
     return p

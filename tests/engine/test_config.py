@@ -60,10 +60,10 @@ def test_digest_is_computed_from_the_preset_as_given():
     # the bundled presets' digests as recorded by existing index folders (unchanged by the typed configuration)
     # default and compact: search.min_inliers 6 -> 9 (the calibrated verification threshold); query-time only,
     # so their version (which existing index folders are checked against) is unchanged; default: also
-    # search.query_expansion 0 -> 1 (query-time)
+    # search.query_expansion 0 -> 1 (query-time); object: version 2 (ASMK* scoring, binary signatures stored)
     assert preset_digest(load_preset("default")) == "1c677e053f0dc1d0"
     assert preset_digest(load_preset("compact")) == "9e2330e82788e6d2"
-    assert preset_digest(load_preset("object")) == "09ba1bf729179115"
+    assert preset_digest(load_preset("object")) == "01e785e9f9113ec7"
 
 
 def test_defaults_filled_in():
@@ -143,7 +143,7 @@ def test_sections_of_another_kind_and_malformed_heads_refused():
     with pytest.raises(PresetError, match="missing key"):
         Preset.from_dict({"name": "x", "kind": "global"})
     with pytest.raises(PresetError, match="'asmk' scores binary signatures: it needs object_search.signatures"):
-        Preset.from_dict(_with("object", "search", method="asmk"))
+        Preset.from_dict(_with("object", "object_search", signatures=False))
     with pytest.raises(PresetError, match="requires entry 'numpy' must read 'module:attribute'"):
         Preset.from_dict(dict(load_preset("default"), requires=["numpy"]))
     with pytest.raises(PresetError, match="features: The 'threshold' parameter of HessianAffine"):
