@@ -36,6 +36,7 @@ import numpy as np
 from retrieval._version import __version__
 from retrieval.app.catalog import Catalog
 from retrieval.app.generations import GenerationsMixin
+from retrieval.app.generic_models import TRAIN_ON
 from retrieval.app.index_build import IndexBuildMixin
 from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos are part of this API)
     LazyFeatures,
@@ -79,7 +80,7 @@ class Index(GenerationsMixin, IndexBuildMixin):
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, path, preset="default", model=None, train_images=None, *, feature_store=None,
-               exist_ok: bool = False) -> Index:
+               exist_ok: bool = False, train_on: str = "auto") -> Index:
         """Create an empty index folder for ``preset``.
 
         Parameters
@@ -92,10 +93,14 @@ class Index(GenerationsMixin, IndexBuildMixin):
         feature_store : str or Path or None — feature-store folder (default ``<path>/features``); several
             indexes may share one
         exist_ok : bool — open an existing index built with the same preset instead of failing
+        train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
+            (:mod:`retrieval.app.generic_models`; auto: the shipped model below 512 images)
         """
         path = Path(path)
         preset = load_preset(preset)
         check_available(preset)
+        if train_on not in TRAIN_ON:
+            raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}; got {train_on!r}.")
         if (path / "catalog.db").exists():
             if not exist_ok:
                 raise ValueError(f"{path}: an index already exists here (use Index.open, or another folder).")
@@ -118,7 +123,7 @@ class Index(GenerationsMixin, IndexBuildMixin):
                      preset_digest=preset_digest(preset), library_version=__version__,
                      feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
                      train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
-                     model=None)
+                     model=None, train_on=train_on)
         cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
         cat.close()
         os.replace(tmp, path / "catalog.db")
@@ -271,9 +276,9 @@ class Index(GenerationsMixin, IndexBuildMixin):
         t_stage = time.perf_counter()
         # 3. the model
         backend = self._backend_for(gen)
-        if not backend.trained:
-            train_paths = self._training_paths(rows, to_add, failed, hashes)
-            self._train(backend, train_paths, progress, workers, report)
+        if not backend.trained and not self._use_generic_model(rows, to_add, failed, gen):
+            self._train(backend, self._training_paths(rows, to_add, failed, hashes), progress, workers, report)
+        backend = self._backend_for(gen)
         if self._backend is backend:
             self._backend = None  # the cached backend is about to be modified
         backend.remove(deletes)

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 
+from retrieval.app.generic_models import generic_model, provenance
 from retrieval.app.index_support import LazyFeatures, progress_callback
 from retrieval.core.persistence import crash_point, fsync_dir, write_json_atomic
 from retrieval.engine.presets import preset_config
@@ -46,6 +47,29 @@ class IndexBuildMixin:
             if cb:
                 cb(done, len(paths))
         close()
+
+    def _use_generic_model(self, rows, to_add, failed, gen) -> bool:
+        """Import the shipped generic model (:mod:`retrieval.app.generic_models`) when the index's training policy
+        asks for it; True when it did (the caller then loads it instead of training)."""
+        policy = self.catalog.get_meta("train_on") or "collection"   # indexes made before the policy existed
+        if policy == "collection" or self.catalog.get_meta("train_images"):
+            return False
+        info = provenance(self.preset)
+        if info is None:
+            if policy == "generic":
+                raise ValueError(f"no generic model ships for preset {self.preset['name']!r} as configured (its "
+                                 f"model-shaping keys differ from the shipped model's); use --train-on collection.")
+            return False
+        n = sum(r["status"] == "indexed" for r in rows) + sum(p not in failed for p in to_add)
+        if policy == "auto" and n >= int(info["use_below"]):
+            return False
+        self._import_model(generic_model(self.preset))
+        self.catalog.set_meta(model={**self.catalog.get_meta("model"), "generic": True,
+                                     "imported": f"generic model of preset {self.preset['name']!r}"})
+        logger.info("model: the generic model of preset %r (trained on %s), the collection having %d images",
+                    self.preset["name"], info["trained_on"], n)
+        self._backend = None
+        return True
 
     def _training_paths(self, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
         """(path, hash) of the training images: ``train_images`` or a seeded sample of the collection."""

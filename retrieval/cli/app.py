@@ -40,6 +40,9 @@ def _quiet(ctx, quiet: bool) -> bool:
                    "default]; an existing index keeps its own (giving another one is an error).")
 @click.option("--model", "model_dir", default=None, metavar="DIR",
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
+@click.option("--train-on", type=click.Choice(["auto", "collection", "generic"]), default="auto", show_default=True,
+              help="A new index's model: the package's generic model (trained on independent photos), the "
+                   "collection itself, or auto: generic below 512 images.")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
 @workers_option()
@@ -47,7 +50,8 @@ def _quiet(ctx, quiet: bool) -> bool:
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
-def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, workers, skip_errors, quiet, as_json):
+def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, workers, skip_errors, quiet,
+              as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -68,6 +72,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, feature_store, worke
         idx = Index.open(index_dir)
     else:
         idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
+                           train_on=train_on,
                            exist_ok=True)
     if model_dir and idx.catalog.get_meta("model") is None:
         idx._import_model(Path(model_dir))

@@ -1,0 +1,53 @@
+"""Generic trained models shipped with the package, for collections too small to learn their own.
+
+A vocabulary of 16k words, a Fisher-vector GMM with its local PCA or a PCA of the Fisher vectors cannot be learnt
+well from a few dozen photos (the ``default`` preset drops its PCA below 512 training images). For each bundled
+preset the package ships the model (the same files an index writes to ``model/``) learnt once on independent photos,
+with ``provenance.json``: the training images, their number, the library version, the date and the model key
+(:func:`model_key`). ``scripts/train_generic_models.py`` rebuilds them.
+
+An index uses the shipped model when its training policy (``Index.create(train_on=...)``, ``retrieval index
+--train-on``) is ``generic``, or ``auto`` (the default) and its first sync holds fewer than ``use_below`` readable
+images (512, recorded in the provenance file); with ``collection``, or explicit training images, it learns its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+__all__ = ["MODEL_SECTIONS", "TRAIN_ON", "generic_model", "model_key", "models_folder", "provenance"]
+
+MODEL_SECTIONS = ("features", "local_pca", "aggregation", "projection", "index", "object_search", "training")
+"""Preset sections that shape a trained model: a preset whose sections differ from those the shipped model was
+learnt with (a user's ``--set`` of an index-time key, for instance) never gets it."""
+
+TRAIN_ON = ("auto", "collection", "generic")
+
+
+def models_folder() -> Path:
+    """``retrieval/data/models``: one folder per preset name."""
+    return Path(__file__).resolve().parent.parent / "data" / "models"
+
+
+def model_key(preset: dict) -> str:
+    """Digest of the model-shaping sections of ``preset`` (:data:`MODEL_SECTIONS`), with its name and version."""
+    keys = {k: preset.get(k) for k in MODEL_SECTIONS if k in preset}
+    keys["name"], keys["version"] = preset["name"], preset["version"]
+    blob = json.dumps(keys, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def provenance(preset: dict) -> dict | None:
+    """The shipped model's ``provenance.json`` for ``preset``, or None when none matches its :func:`model_key`."""
+    path = models_folder() / preset["name"] / "provenance.json"
+    if not path.is_file():
+        return None
+    info = json.loads(path.read_text("utf-8"))
+    return info if info.get("model_key") == model_key(preset) else None
+
+
+def generic_model(preset: dict) -> Path | None:
+    """The shipped model folder for ``preset`` (its ``model.json`` and estimator files), or None."""
+    return models_folder() / preset["name"] if provenance(preset) is not None else None

@@ -1,0 +1,95 @@
+"""The generic models shipped with the package (retrieval.app.generic_models): which preset gets one, the training
+policy of an index (auto / collection / generic), and the acceptance check on the demo photos: a 47-photo folder
+indexed with the shipped `default` model ranks the demo's queries at least as well as the model learnt on the
+folder itself."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FEATURE_CACHE
+
+from retrieval.app.demo_data import build_demo_folder
+from retrieval.app.generic_models import generic_model, model_key, models_folder, provenance
+from retrieval.app.index import Index
+from retrieval.engine.paper_presets import apply_overrides
+from retrieval.engine.presets import load_preset
+from retrieval.evaluation.ap import average_precision
+
+
+@pytest.mark.parametrize("name", ["default", "compact", "accurate", "object"])
+def test_each_main_preset_ships_a_model_with_its_provenance(name):
+    preset = load_preset(name)
+    info = provenance(preset)
+    assert info is not None, f"no shipped model matches preset {name!r} (run scripts/train_generic_models.py)"
+    folder = generic_model(preset)
+    model = json.loads((folder / "model.json").read_text())
+    assert (model["preset"], model["preset_version"]) == (name, preset["version"])
+    assert info["images"] >= 500 and "Holidays" in info["trained_on"] and info["use_below"] == 512
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "provenance.json")
+    assert size == info["bytes"] and size < 12e6        # wheel-sized: the sizes are in docs/user-guide.md
+    assert model["trained_on"] == info["images"]
+
+
+def test_model_key_follows_the_model_shaping_keys_only():
+    p = load_preset("default")
+    assert model_key(apply_overrides(p, ["search.shortlist=20", "search.query_expansion=0"])) == model_key(p)
+    changed = apply_overrides(p, ["aggregation.n_components=32"])
+    assert model_key(changed) != model_key(p)
+    assert provenance(changed) is None and generic_model(changed) is None
+    assert models_folder().name == "models"
+
+
+def demo_queries(folder):
+    made = build_demo_folder(folder)
+    return made, [(p, made["views"][n]) for n, p in ((n, str(folder / f"{n}.png")) for n in made["views"])]
+
+
+def demo_map(idx, queries) -> float:
+    aps = []
+    for q, positives in queries:
+        ranked = [str(h.path) for h in idx.search(q, k=60) if str(h.path) != q]
+        aps.append(average_precision(ranked, positives))
+    return float(np.mean(aps))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("demo") / "photos"
+    made, queries = demo_queries(folder)
+    return folder, made, queries
+
+
+def test_small_folder_uses_the_generic_model_and_ranks_the_demo_at_least_as_well(demo, tmp_path):
+    folder, made, queries = demo
+    n = len(made["photos"]) + sum(len(v) for v in made["views"].values())
+    assert 40 <= n <= 60
+    generic = Index.create(tmp_path / "g", "default", feature_store=FEATURE_CACHE)   # train_on="auto"
+    generic.sync(folder)
+    own = Index.create(tmp_path / "c", "default", feature_store=FEATURE_CACHE, train_on="collection")
+    own.sync(folder)
+    assert generic.catalog.get_meta("model")["generic"] is True
+    assert generic.catalog.get_meta("model")["trained_on"] == provenance(load_preset("default"))["images"]
+    assert "generic" not in own.catalog.get_meta("model") and own.catalog.get_meta("model")["trained_on"] == n
+    m_generic, m_own = demo_map(generic, queries), demo_map(own, queries)
+    print(f"demo mAP: generic model {m_generic:.4f}, folder-trained {m_own:.4f}")
+    assert m_generic >= m_own, (m_generic, m_own)
+    # the shipped model is copied into the index: it stays usable without the package's copy
+    assert (tmp_path / "g" / "model" / "model.json").is_file()
+
+
+def test_training_policy_is_checked_and_explicit_training_wins(demo, tmp_path):
+    folder, made, _ = demo
+    with pytest.raises(ValueError, match="train_on must be one of"):
+        Index.create(tmp_path / "x", "default", train_on="sometimes")
+    custom = apply_overrides(load_preset("default"), ["aggregation.n_components=16"])
+    idx = Index.create(tmp_path / "y", custom, feature_store=FEATURE_CACHE, train_on="generic")
+    with pytest.raises(ValueError, match="no generic model ships for preset 'default' as configured"):
+        idx.sync(made["photos"][:3])
+    explicit = Index.create(tmp_path / "z", "default", feature_store=FEATURE_CACHE,
+                            train_images=made["photos"][:10])
+    explicit.sync(made["photos"][:5])
+    assert "generic" not in explicit.catalog.get_meta("model")
+    assert explicit.catalog.get_meta("model")["trained_on"] == 10
