@@ -44,20 +44,30 @@ from retrieval.features.store import FeatureStore
 logger = logging.getLogger(__name__)
 
 
-def groups_dataset(spec) -> RetrievalDataset:
-    """A :class:`RetrievalDataset` for a minibench-format spec (see :mod:`retrieval.evaluation.groups`)."""
+def groups_dataset(spec, distractors=None) -> RetrievalDataset:
+    """A :class:`RetrievalDataset` for a minibench-format spec (see :mod:`retrieval.evaluation.groups`), with the
+    images of the folder ``distractors`` (if given) added to the database as negatives of every query."""
+    from retrieval.app.index_support import walk_photos
+
     bench = load_groups_spec(spec)
     missing = bench.missing_files()
     if missing:
         raise FileNotFoundError(f"{spec}: {len(missing)} of {len(bench.images)} images missing: "
                                 + "; ".join(missing[:5]))
     paths = {n: bench.path(n) for n in bench.images}
+    extra = {}
+    if distractors is not None:
+        extra = {f"distractor:{Path(p).relative_to(distractors)}": Path(p) for p in walk_photos(distractors)}
+        if not extra:
+            raise ValueError(f"{distractors}: no image found (--distractors).")
+        paths.update(extra)
 
     def scorer(rankings):
-        s = score_groups(bench, rankings)
+        s = score_groups(bench, rankings, distractors=extra)
         return {"protocol": "groups", "mAP": s.mAP, "per_query": s.per_query}
 
-    return RetrievalDataset(name=f"groups:{Path(spec).name}", root=bench.root, database=list(bench.images),
+    name = f"groups:{Path(spec).name}" + (f"+{Path(distractors).name}" if extra else "")
+    return RetrievalDataset(name=name, root=bench.root, database=list(bench.images) + list(extra),
                             paths=paths, queries=[Query(name=q, path=paths[q], image=q) for q in bench.queries],
                             exclude_query=True, scorer=scorer,
                             notes=["Holidays protocol: query excluded from its own list"])

@@ -160,7 +160,8 @@ def _default_work_dir():
 @click.option("--train-root", type=click.Path(file_okay=False, exists=True),
               help="Independent training images (e.g. Flickr60k for Holidays, Paris6k for Oxford).")
 @click.option("--distractors", type=click.Path(file_okay=False, exists=True),
-              help="Distractor folder for oxford105k/paris106k (Flickr100k), +r1m, copydays.")
+              help="Distractor folder for oxford105k/paris106k (Flickr100k), +r1m, copydays, and groups (its "
+              "images join the database as negatives).")
 @click.option("--out", type=click.Path(file_okay=False), help="Write official result files and report.json here.")
 @click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
               "(default: $XDG_CACHE_HOME/retrieval/eval).")
@@ -191,7 +192,7 @@ def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors
     if dataset == "groups":
         if spec is None:
             raise click.UsageError("'eval run groups' needs --spec FILE.json.")
-        ds = groups_dataset(spec)
+        ds = groups_dataset(spec, distractors=distractors)
     elif dataset == "crops":
         if root is None or database is None:
             raise click.UsageError("'eval run crops' needs --root DIR (query crops and their lists) and "

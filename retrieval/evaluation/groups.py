@@ -140,7 +140,7 @@ class GroupsScore:
         return {"protocol": "groups", "mAP": self.mAP, "per_query": dict(self.per_query)}
 
 
-def score_groups(bench: GroupsBenchmark, rankings: dict) -> GroupsScore:
+def score_groups(bench: GroupsBenchmark, rankings: dict, distractors=()) -> GroupsScore:
     """Score one ranked list per query (Holidays rule: the query itself, if present, is skipped).
 
     Parameters
@@ -149,6 +149,8 @@ def score_groups(bench: GroupsBenchmark, rankings: dict) -> GroupsScore:
     rankings : dict query -> sequence of str
         For each query (name or path), database images best first (names or paths inside ``bench.root``).
         Every query of the benchmark needs a list; each image may appear once; unknown images are errors.
+    distractors : collection of str
+        Names of extra database images (outside the benchmark, never positive) that may appear in the lists.
 
     Returns
     -------
@@ -159,7 +161,7 @@ def score_groups(bench: GroupsBenchmark, rankings: dict) -> GroupsScore:
         qn = bench.name_of(q)
         if qn not in bench.positives:
             raise ValueError(f"{qn!r} is not a query of the benchmark (queries are the first image of each group).")
-        names = [bench.name_of(r) for r in ranked]
+        names = [r if r in distractors else bench.name_of(r) for r in ranked]
         check_ranked_list(names, where=f"results of query {qn}")
         lists[qn] = names
     missing = [q for q in bench.queries if q not in lists]

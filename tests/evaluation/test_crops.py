@@ -69,3 +69,33 @@ def test_crops_dataset_checks_the_lists_against_the_database(tmp_path):
     (db / "x.jpg").unlink()
     with pytest.raises(FileNotFoundError, match="q1 lists 1 images not in .*first: x"):
         crops_dataset(q, db)
+
+
+def test_groups_with_a_distractor_folder_count_its_images_as_negatives(tmp_path):
+    """``eval run groups --distractors DIR``: DIR's images join the database; ranked above a positive they lower
+    its AP exactly as a benchmark image would; a name outside both is still an error."""
+    import json
+
+    from PIL import Image
+
+    from retrieval.app.evaluate import groups_dataset
+
+    root = tmp_path / "bench"
+    root.mkdir()
+    for n in ("q.png", "p.png", "x.png"):
+        Image.new("RGB", (8, 8)).save(root / n)
+    (tmp_path / "d").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "d" / "far.png")
+    spec = root / "spec.json"
+    spec.write_text(json.dumps({"groups": [{"name": "g", "images": ["q.png", "p.png"]}], "distractors": ["x.png"]}))
+    ds = groups_dataset(spec, distractors=tmp_path / "d")
+    assert "distractor:far.png" in ds.database and len(ds.database) == 4
+    first = ds.score({"q.png": ["p.png", "distractor:far.png", "x.png"]})["mAP"]
+    behind_d = ds.score({"q.png": ["distractor:far.png", "p.png", "x.png"]})["mAP"]
+    behind_x = ds.score({"q.png": ["x.png", "p.png", "distractor:far.png"]})["mAP"]
+    assert first == 1.0 and behind_d == behind_x < 1.0
+    with pytest.raises(ValueError):
+        ds.score({"q.png": ["nowhere.png", "p.png"]})
+    with pytest.raises(ValueError, match="no image found"):
+        (tmp_path / "empty").mkdir()
+        groups_dataset(spec, distractors=tmp_path / "empty")
