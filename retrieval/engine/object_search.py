@@ -32,6 +32,7 @@ from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
 from retrieval.engine.hits import Hit, finish_ranking
+from retrieval.engine.object_scores import object_similarity, unverified_hits, word_matches
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
@@ -232,7 +233,7 @@ class ObjectSearcher:
             matches = (tentative_matches(q_desc, _descriptors(f, self.rootsift), ratio=VERIFY_RATIO)
                        if len(f) and len(q_desc) else np.empty((0, 2), np.int64))
         else:
-            matches = _word_matches(q_words, words[:, 0])
+            matches = word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
             return None
         return verify(q_frames, frames, matches, min_inliers=self.min_inliers)
@@ -325,14 +326,14 @@ class ObjectSearcher:
         sc = scores[top]
         qv = qtf * inv.idf_[qw]
         if rerank == "none":
-            return _hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
+            return unverified_hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
         sc = self._exact(qw, qtf, ids, method, weight)
         order = np.lexsort((np.arange(len(ids)), sc))
         ids, sc = ids[order], sc[order]
         sims = object_similarity(sc, method, qv, weight)
         if rerank == "exact":
-            return _hits(ids[:k], sc[:k], sims[:k]), []
-        return self._verified(_hits(ids, sc, sims), q, box, k, get_features)
+            return unverified_hits(ids[:k], sc[:k], sims[:k]), []
+        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features)
 
     def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe):
         """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
@@ -377,7 +378,7 @@ class ObjectSearcher:
         R = min(max(self.shortlist, k), int(np.isfinite(d).sum()))
         top = topk_smallest(d, R)
         top = top[np.lexsort((ids[top], d[top]))]   # ties broken by id
-        hits = _hits(ids[top], d[top], sims[top])
+        hits = unverified_hits(ids[top], d[top], sims[top])
         if rerank != "spatial":
             return hits[:k], []
         return self._verified(hits, q, box, k, get_features)
@@ -454,67 +455,3 @@ class ObjectSearcher:
             obj._fwd[int(i)] = (ld["words"][a:b], ld["weights"][a:b], ld["frames"][a:b],
                                 tuple(int(v) for v in ld["sizes"][j]))
         return obj
-
-
-def object_similarity(d, method: str, qv, weight: float) -> np.ndarray:
-    """The dissimilarities ``d`` (n,) of one query mapped to a similarity in [0, 1], larger = more similar,
-    decreasing in ``d`` (the ranking is unchanged). ``qv``: the query's idf-weighted histogram values; ``weight``:
-    wbar (delta1, Zhu et al. 2013, eq. 9) or w (delta2, eq. 11).
-
-    - l1 (eq. 1, L1-normalised histograms, d in [0, 2]): ``1 - d / 2``;
-    - l2 (eq. 1, L2-normalised non-negative histograms): ``1 - d**2 / 2``, the cosine of the histograms;
-    - delta1 (eq. 8): ``d`` is at least ``d_min = (1 - max(wbar, 1)) ||Q||_1`` (reached when T = Q for wbar >= 1);
-      ``||Q||_1 / (||Q||_1 + d - d_min)`` -- 1 for a copy of the query, 1/2 when the excess dissimilarity
-      ``d - d_min = ||max(T - Q, 0)||_1 + (wbar - 1) ||max(Q - T, 0)||_1`` equals the query's mass;
-    - delta2 (eq. 10, d >= 0, 0 when T = Q): ``||Q||_2 / (||Q||_2 + d)``.
-    """
-    d = np.asarray(d, dtype=np.float64)
-    qv = np.asarray(qv, dtype=np.float64)
-    if method == "l1":
-        s = 1.0 - d / 2.0
-    elif method == "l2":
-        s = 1.0 - d * d / 2.0
-    elif method == "delta1":
-        n1 = float(qv.sum())
-        excess = np.maximum(d - (1.0 - max(float(weight), 1.0)) * n1, 0.0)
-        s = n1 / (n1 + excess) if n1 > 0 else np.zeros_like(d)
-    elif method == "delta2":
-        n2 = float(np.sqrt((qv * qv).sum()))
-        s = n2 / (n2 + np.maximum(d, 0.0)) if n2 > 0 else np.zeros_like(d)
-    else:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}.")
-    return np.clip(s, 0.0, 1.0)
-
-
-def _hits(ids, d, sims) -> list[Hit]:
-    """Unverified hits in this order: ``score = similarity``, ``distance = d``."""
-    return [Hit(int(i), float(s), similarity=float(s), distance=float(x)) for i, x, s in zip(ids, d, sims, strict=True)]
-
-
-def _word_matches(q_words, db_words, max_pairs_per_word: int = 16):
-    """Tentative correspondences: pairs (query feature, db feature) with the same visual word.
-
-    Bursty words (more than ``max_pairs_per_word`` pairs) are skipped, as is usual in spatial verification.
-
-    Returns
-    -------
-    ndarray of shape (m, 2), int64 -- (index into q_words, index into db_words)
-    """
-    q_words = np.asarray(q_words, np.int64)
-    db_words = np.asarray(db_words, np.int64)
-    qo = np.argsort(q_words, kind="stable")
-    do = np.argsort(db_words, kind="stable")
-    qs, ds = q_words[qo], db_words[do]
-    common = np.intersect1d(qs, ds)
-    if common.size == 0:
-        return np.zeros((0, 2), np.int64)
-    qa, qb = np.searchsorted(qs, common, "left"), np.searchsorted(qs, common, "right")
-    da, db = np.searchsorted(ds, common, "left"), np.searchsorted(ds, common, "right")
-    pairs = []
-    for a1, b1, a2, b2 in zip(qa.tolist(), qb.tolist(), da.tolist(), db.tolist(), strict=True):
-        if (b1 - a1) * (b2 - a2) > max_pairs_per_word:
-            continue
-        for x in qo[a1:b1]:
-            for y in do[a2:b2]:
-                pairs.append((x, y))
-    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
