@@ -57,7 +57,8 @@ def groups_dataset(spec, distractors=None) -> RetrievalDataset:
     paths = {n: bench.path(n) for n in bench.images}
     extra = {}
     if distractors is not None:
-        extra = {f"distractor:{Path(p).relative_to(distractors)}": Path(p) for p in walk_photos(distractors)}
+        top = Path(distractors).resolve()
+        extra = {f"distractor:{Path(p).resolve().relative_to(top)}": Path(p) for p in walk_photos(top)}
         if not extra:
             raise ValueError(f"{distractors}: no image found (--distractors).")
         paths.update(extra)

@@ -71,7 +71,7 @@ def test_crops_dataset_checks_the_lists_against_the_database(tmp_path):
         crops_dataset(q, db)
 
 
-def test_groups_with_a_distractor_folder_count_its_images_as_negatives(tmp_path):
+def test_groups_with_a_distractor_folder_count_its_images_as_negatives(tmp_path, monkeypatch):
     """``eval run groups --distractors DIR``: DIR's images join the database; ranked above a positive they lower
     its AP exactly as a benchmark image would; a name outside both is still an error."""
     import json
@@ -88,7 +88,8 @@ def test_groups_with_a_distractor_folder_count_its_images_as_negatives(tmp_path)
     Image.new("RGB", (8, 8)).save(tmp_path / "d" / "far.png")
     spec = root / "spec.json"
     spec.write_text(json.dumps({"groups": [{"name": "g", "images": ["q.png", "p.png"]}], "distractors": ["x.png"]}))
-    ds = groups_dataset(spec, distractors=tmp_path / "d")
+    monkeypatch.chdir(tmp_path)
+    ds = groups_dataset(spec, distractors="d")                    # a relative folder, as typed on the command line
     assert "distractor:far.png" in ds.database and len(ds.database) == 4
     first = ds.score({"q.png": ["p.png", "distractor:far.png", "x.png"]})["mAP"]
     behind_d = ds.score({"q.png": ["distractor:far.png", "p.png", "x.png"]})["mAP"]
