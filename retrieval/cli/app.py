@@ -169,7 +169,8 @@ def info_cmd(index_dir, as_json):
     click.echo(f"index      {info['index']}")
     click.echo(f"preset     {p['name']} (version {p['version']}, {p['kind']})")
     m = info["model"] or {}
-    click.echo(f"model      {m.get('id', '-')} (trained on {m.get('trained_on', '-')} images)")
+    origin = "the shipped generic model, " if m.get("generic") else ""
+    click.echo(f"model      {m.get('id', '-')} ({origin}trained on {m.get('trained_on', '-')} images)")
     click.echo(f"images     {info['indexed']} indexed, {info['errors']} unreadable; generation {info['generation']}")
     click.echo(f"disk       {info['bytes_on_disk'] / 1e6:.1f} MB")
     if info["last_run"]:

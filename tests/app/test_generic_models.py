@@ -93,3 +93,25 @@ def test_training_policy_is_checked_and_explicit_training_wins(demo, tmp_path):
     explicit.sync(made["photos"][:5])
     assert "generic" not in explicit.catalog.get_meta("model")
     assert explicit.catalog.get_meta("model")["trained_on"] == 10
+
+
+def test_cli_index_says_which_model_it_uses(demo, tmp_path):
+    from click.testing import CliRunner
+
+    from retrieval.cli.main import main
+
+    folder, made, _ = demo
+    small = tmp_path / "small"
+    small.mkdir()
+    for p in made["photos"][:4]:
+        (small / p.split("/")[-1]).symlink_to(p)
+    run = CliRunner().invoke
+    res = run(main, ["-q", "index", str(small), "--index", str(tmp_path / "i"), "--feature-store", str(FEATURE_CACHE)])
+    assert res.exit_code == 0, res.output
+    info = run(main, ["info", "--index", str(tmp_path / "i")])
+    assert "the shipped generic model, trained on 805 images" in info.output
+    res = run(main, ["-q", "index", str(small), "--index", str(tmp_path / "j"), "--feature-store", str(FEATURE_CACHE),
+                     "--train-on", "collection", "--preset", "accurate"])
+    assert res.exit_code == 0, res.output
+    info = run(main, ["info", "--index", str(tmp_path / "j")])
+    assert "generic" not in info.output and "trained on 4 images" in info.output
