@@ -40,19 +40,39 @@ class FormatError(ValueError):
     """A file is not in the expected format or version."""
 
 
+def _umask() -> int:
+    """The process's file-creation mask, read without changing it (Linux ``/proc``), else by setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 @contextlib.contextmanager
 def atomic_write(path, mode: str = "wb"):
     """Write ``path`` atomically: to a temporary file in the same folder, fsync, then rename.
 
-    A crash at any moment leaves either the old file or the new one, never a half-written one.
+    A crash at any moment leaves either the old file or the new one, never a half-written one. The file gets the
+    permissions a plain ``open(path, "w")`` would give it: those of the file it replaces, or ``0o666`` minus the
+    umask for a new file (the temporary file is created 0600, which must not leak into the result).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        perms = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        perms = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as fh:
             yield fh
             fh.flush()
+            os.fchmod(fh.fileno(), perms)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
