@@ -187,7 +187,14 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         raise ImageReadError(path, "the file is empty (0 bytes)")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            # the guard is max_megapixels, checked on the header below before any pixel is decoded; Pillow's own
+            # limits (a warning above Image.MAX_IMAGE_PIXELS = 89.5 MP, an error above twice that) would refuse
+            # the 100+ MP photos of current phones below the documented 150 MP, so its error limit is raised to
+            # max_megapixels when needed and its warning is silenced
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            limit = Image.MAX_IMAGE_PIXELS
+            if limit is not None and 2 * limit < max_megapixels * 1e6:
+                Image.MAX_IMAGE_PIXELS = int(max_megapixels * 1e6 / 2) + 1
             img = Image.open(path)
     except UnidentifiedImageError:
         raise ImageReadError(path, "not an image file (unknown format)") from None

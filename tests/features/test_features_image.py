@@ -175,6 +175,27 @@ def test_megapixel_guard_is_configurable(tmp_path):
         load_image(p, max_megapixels=5)
 
 
+def test_108_megapixel_photo_is_read_below_the_150_megapixel_guard(tmp_path):
+    """Pillow warns above 89.5 MP and refuses above 179 MP: neither may stand in for max_megapixels (150 MP by
+    default, raisable), which is checked on the header before any pixel is decoded."""
+    from PIL import Image
+
+    p = tmp_path / "phone.jpg"
+    Image.new("L", (12000, 9000), 90).save(p, quality=50)       # a 108 MP phone photo
+    img = load_image(p, max_side=600)
+    assert img.original_size == (12000, 9000) and max(img.pixels.shape) == 600
+    big = tmp_path / "big.png"
+    _png_header_only(big, 16000, 10000)                            # 160 MP
+    with pytest.raises(ImageReadError, match=r"big\.png.*160\.0 megapixels.*max_megapixels=150"):
+        load_image(big)
+    huge = tmp_path / "huge.png"
+    _png_header_only(huge, 15000, 13000)                           # 195 MP: above Pillow's error limit too
+    with pytest.raises(ImageReadError, match=r"huge\.png.*too large"):
+        load_image(huge)
+    with pytest.raises(ImageReadError, match="corrupt or truncated"):   # allowed by a raised guard, then decoded
+        load_image(huge, max_megapixels=200)
+
+
 def test_invalid_parameters():
     with pytest.raises(ValueError, match="max_side"):
         load_image("x.png", max_side=0)
