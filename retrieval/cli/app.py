@@ -45,13 +45,16 @@ def _quiet(ctx, quiet: bool) -> bool:
                    "collection itself, or auto: generic below 512 images.")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
+@click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
+              help="Refuse larger images (decompression guard) [default: the preset's features.max_megapixels, "
+                   "150].")
 @workers_option()
 @click.option("--skip-errors", is_flag=True, help="Exit 0 even when some files could not be read.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
-def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, workers, skip_errors, quiet,
-              as_json):
+def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
+              skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -76,6 +79,8 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
                            exist_ok=True)
     if model_dir and idx.catalog.get_meta("model") is None:
         idx._import_model(Path(model_dir))
+    if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
+        idx.extractor.max_megapixels = float(max_megapixels)
     report = idx.sync(photo_dir, workers=workers, skip_errors=skip_errors, progress=not _quiet(ctx, quiet))
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)

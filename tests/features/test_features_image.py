@@ -200,3 +200,26 @@ def test_invalid_parameters():
     with pytest.raises(ValueError, match="max_side"):
         load_image("x.png", max_side=0)
     assert issubclass(ImageReadError, ValueError)
+
+
+def test_index_max_megapixels_option_refuses_and_names_the_file(tmp_path):
+    """``retrieval index --max-megapixels``: a photo above the guard is listed as unreadable with the guard's
+    value; the others are indexed."""
+    from click.testing import CliRunner
+    from conftest import FEATURE_CACHE
+    from PIL import Image
+
+    from retrieval.app.demo_data import build_demo_folder
+    from retrieval.cli.main import main
+
+    made = build_demo_folder(tmp_path / "src")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in made["photos"][:3]:
+        (photos / p.split("/")[-1]).symlink_to(p)
+    Image.new("RGB", (2400, 2000), (90, 100, 110)).save(photos / "big.jpg")       # 4.8 MP
+    res = CliRunner().invoke(main, ["-q", "index", str(photos), "--index", str(tmp_path / "i"), "--feature-store",
+                                    str(FEATURE_CACHE), "--max-megapixels", "4"])
+    assert res.exit_code == 1
+    assert "big.jpg" in res.output and "4.8 megapixels" in res.output and "max_megapixels=4.0" in res.output
+    assert "Traceback" not in res.output
