@@ -38,6 +38,7 @@ from retrieval.app.catalog import Catalog
 from retrieval.app.generations import GenerationsMixin
 from retrieval.app.generic_models import TRAIN_ON
 from retrieval.app.index_build import IndexBuildMixin
+from retrieval.app.index_query import QueryMixin
 from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos are part of this API)
     LazyFeatures,
     SyncReport,
@@ -63,7 +64,7 @@ INDEX_FORMAT_VERSION = 1
 
 # ---------------------------------------------------------------------------------------------- the index
 
-class Index(GenerationsMixin, IndexBuildMixin):
+class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
     """A searchable index of a photo folder, stored in an index folder (see the module docstring).
 
     Use :meth:`create` or :meth:`open`, then :meth:`sync`, :meth:`search`, :meth:`remove`, :meth:`info`.
@@ -378,33 +379,6 @@ class Index(GenerationsMixin, IndexBuildMixin):
         return len(ids)
 
     # ------------------------------------------------------------------ search
-    def query_features(self, image):
-        """Features of a query: an indexed image (path or id; from the feature store) or any image file.
-
-        Returns (LocalFeatures, catalog row or None).
-        """
-        row = None
-        if isinstance(image, (int, np.integer)) or (isinstance(image, str) and image.isdigit()
-                                                     and not os.path.exists(image)):
-            row = self.catalog.row_by_id(int(image))
-            if row is None:
-                raise ValueError(f"no image with id {image} in the index {self.path}.")
-        else:
-            p = os.path.abspath(os.path.expanduser(str(image)))
-            row = self.catalog.row_by_path(p)
-            if row is None and not os.path.isfile(p):
-                raise FileNotFoundError(f"query image {str(image)!r} does not exist.")
-        if row is not None and row["status"] == "indexed":
-            f = self.store.get(row["hash"], self.extractor.config_key)
-            if f is not None:
-                return f, row
-            if not os.path.isfile(row["path"]):
-                raise ValueError(f"indexed image {row['path']!r}: its features are missing from the store and "
-                                 f"the file is gone; run 'retrieval index' again.")
-            return self.extractor(row["path"]), row
-        path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
-        return self.extractor(path), None
-
     def search(self, image, bbox=None, k: int = 10, method=None, rerank=None, query_expansion=None,
                **options) -> list[Hit]:
         """Ranked results for an image (indexed path or id, or any image file), optionally restricted to a box.

@@ -1,0 +1,68 @@
+"""The query side of :class:`retrieval.app.index.Index` (a mixin): the features of a query image.
+
+An indexed image named by path or id is answered from the feature store, unless its file changed since it was
+indexed (size or modification time, then content hash): then its current content is used, with a warning; a file
+deleted since it was indexed is answered from the stored features, with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from retrieval.app.index_support import file_stat
+from retrieval.features.store import file_hash
+
+logger = logging.getLogger("retrieval.app.index")
+
+
+class QueryMixin:
+    """``query_features``: an indexed image (path or id) or any image file."""
+
+    def query_features(self, image):
+        """Features of a query: an indexed image (path or id; from the feature store) or any image file.
+
+        Returns (LocalFeatures, catalog row or None); the row is None when the query is not an indexed image, or
+        when its file changed since it was indexed (its current content is then described).
+        """
+        row = None
+        if isinstance(image, (int, np.integer)) or (isinstance(image, str) and image.isdigit()
+                                                     and not os.path.exists(image)):
+            row = self.catalog.row_by_id(int(image))
+            if row is None:
+                raise ValueError(f"no image with id {image} in the index {self.path}.")
+        else:
+            p = os.path.abspath(os.path.expanduser(str(image)))
+            row = self.catalog.row_by_path(p)
+            if row is None and not os.path.isfile(p):
+                raise FileNotFoundError(f"query image {str(image)!r} does not exist.")
+        if row is not None and row["status"] == "indexed":
+            if not os.path.isfile(row["path"]):
+                logger.warning("%s was deleted since it was indexed: searching with its indexed content",
+                               row["path"])
+            elif self._changed_since_indexed(row):
+                logger.warning("%s changed since it was indexed: searching with its current content (run "
+                               "'retrieval index' to update the index)", row["path"])
+                return self.extractor(row["path"]), None
+            f = self.store.get(row["hash"], self.extractor.config_key)
+            if f is not None:
+                return f, row
+            if not os.path.isfile(row["path"]):
+                raise ValueError(f"indexed image {row['path']!r}: its features are missing from the store and "
+                                 f"the file is gone; run 'retrieval index' again.")
+            return self.extractor(row["path"]), row
+        path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
+        return self.extractor(path), None
+
+    @staticmethod
+    def _changed_since_indexed(row) -> bool:
+        """Size and mtime as indexed: unchanged; otherwise compare the content hash (a touched file is not
+        changed)."""
+        try:
+            if tuple(file_stat(row["path"])) == (row["size"], row["mtime"]):
+                return False
+            return file_hash(row["path"]) != row["hash"]
+        except OSError:
+            return False
