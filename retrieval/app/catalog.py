@@ -12,7 +12,7 @@ Tables (format ``retrieval-catalog``, version 1, documented in docs/formats.md):
     key -> JSON value: the format, the preset (name, version, full JSON), the model version, the committed
     ``generation`` of the search arrays, the next free image ``id``.
 ``runs``
-    one row per ``sync``: start and end time, status (``running``, ``done``, ``interrupted``) and counts.
+    one row per ``sync``: start and end time, status (``running``, ``done``, ``failed``, ``interrupted``) and counts.
 
 Every change of a sync is written in ONE transaction together with the new ``generation``: a crash before
 ``COMMIT`` leaves the previous consistent state, a crash after leaves the new one. Readers take their snapshot
@@ -153,6 +153,12 @@ class Catalog:
             cur = self.db.execute("INSERT INTO runs(started, status, source) VALUES (?, 'running', ?)",
                                   [_now(), source])
             return int(cur.lastrowid)
+
+    def end_running_runs(self, status: str) -> None:
+        """Close the runs still marked ``running`` with ``status`` (``failed``: an error stopped the sync before
+        its commit)."""
+        with self.db.atomic():
+            self.db.execute("UPDATE runs SET status = ?, finished = ? WHERE status = 'running'", [status, _now()])
 
     # ------------------------------------------------------------------ the commit of a sync
     def commit_sync(self, *, run_id: int, generation: int, next_id: int, upserts: Iterable[dict],

@@ -97,3 +97,17 @@ class GenerationsMixin:
                 os.close(fd)
 
         return held()
+
+    def _writer_active(self) -> bool:
+        """True while another process holds the writer lock (a sync or remove is running)."""
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)   # closing releases a lock we took
+        return False

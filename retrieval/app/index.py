@@ -178,11 +178,17 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
 
         New and changed files (size, mtime, then content hash) are extracted and added, deleted files dropped,
         moved files recognised by content hash and renamed in the catalog without re-extraction. Unreadable
-        files are recorded with status ``error`` and listed in the report (``skip_errors`` only changes what
-        the CLI's exit status is). Everything is committed in one catalog transaction (module docstring).
+        files are recorded with status ``error`` and listed in the report of the run where they fail; unchanged,
+        they are not retried (``SyncReport.failed_before``). ``skip_errors`` is accepted and ignored (the report
+        says what failed). Everything is committed in one catalog transaction (module docstring); a sync stopped
+        by an error commits nothing and its run is marked ``failed``.
         """
         with self._writer_lock():
-            return self._sync(folder_or_paths, workers, progress)
+            try:
+                return self._sync(folder_or_paths, workers, progress)
+            except Exception:
+                self.catalog.end_running_runs("failed")   # nothing was committed; the run must not stay 'running'
+                raise
 
     def _sync(self, folder_or_paths, workers, progress) -> SyncReport:
         t0 = t_stage = time.perf_counter()
@@ -216,8 +222,11 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
                 report.errors.append((p, f"cannot stat: {exc}"))
                 continue
             r = by_path.get(p)
-            if r is not None and r["status"] == "indexed" and r["size"] == stats[p][0] and r["mtime"] == stats[p][1]:
+            same = r is not None and r["size"] == stats[p][0] and r["mtime"] == stats[p][1]
+            if same and r["status"] == "indexed":
                 report.unchanged += 1
+            elif same and r["status"] == "error":
+                report.failed_before += 1   # reported when it failed; listed by 'retrieval info'; not retried
             else:
                 candidates.append(p)
 
@@ -236,7 +245,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
         for r in gone:
             if r["status"] == "indexed":
                 gone_by_hash.setdefault(r["hash"], []).append(r)
-        deletes, moves, to_add, touched = [], [], [], []
+        deletes, moves, to_add, touched, changed = [], [], [], [], set()
         for p in candidates:
             if p not in hashes:
                 continue
@@ -249,7 +258,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
             if r is not None:
                 deletes.append(r["id"])
                 if r["status"] == "indexed":
-                    report.changed += 1
+                    changed.add(p)
             elif gone_by_hash.get(h):
                 old = gone_by_hash[h].pop()
                 moves.append((old["id"], p, stats[p][1]))
@@ -262,7 +271,6 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
                 deletes.append(r["id"])
                 if r["status"] == "indexed":
                     report.removed += 1
-        report.added = len(to_add) - report.changed
 
         report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
@@ -272,6 +280,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
         need = [p for p in to_add if (hashes[p], key) not in store]
         self._extract(need, hashes, store, extractor, workers, progress, report)
         failed = {p for p, _ in report.errors}
+        report.changed = len(changed - failed)   # counted once indexed: an unreadable file is neither
+        report.added = sum(p not in failed and p not in changed for p in to_add)
 
         report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
@@ -454,6 +464,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
         runs = self.catalog.runs()
+        if runs and runs[-1]["status"] == "running" and not self._writer_active():
+            runs[-1]["status"] = "interrupted"   # left 'running' by a killed process
         return {
             "index": str(self.path.resolve()),
             "preset": {"name": self.preset["name"], "version": self.preset["version"], "kind": self.preset["kind"]},

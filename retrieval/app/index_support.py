@@ -18,13 +18,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class SyncReport:
-    """What one :meth:`Index.sync` did."""
+    """What one :meth:`Index.sync` did: files ``added`` and ``changed`` (both counted only once indexed),
+    ``moved``, ``removed``, ``unchanged``; ``errors`` the files that failed in this run, with the reason;
+    ``failed_before`` the files that had failed before and did not change since (not retried)."""
 
     added: int = 0
     changed: int = 0
     moved: int = 0
     removed: int = 0
     unchanged: int = 0
+    failed_before: int = 0
     trained: bool = False
     errors: list[tuple[str, str]] = field(default_factory=list)
     generation: int = 0

@@ -49,16 +49,19 @@ def _quiet(ctx, quiet: bool) -> bool:
               help="Refuse larger images (decompression guard) [default: the preset's features.max_megapixels, "
                    "150].")
 @workers_option()
-@click.option("--skip-errors", is_flag=True, help="Exit 0 even when some files could not be read.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any file could not be read (default: 0 once every file "
+              "was handled; unreadable files are listed).")
+@click.option("--skip-errors", is_flag=True, hidden=True, help="Accepted for compatibility: exit 0 is the default.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              skip_errors, quiet, as_json):
+              strict, skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
-    are listed on stderr and make the exit status 1 unless --skip-errors.
+    are listed on stderr once, in the run where they fail (`retrieval info` lists them all); unchanged, they are
+    not retried. Exit status 0 once every file was handled, 1 with --strict when any could not be read.
     """
     from retrieval.app.index import Index, walk_photos
 
@@ -81,7 +84,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         idx._import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
         idx.extractor.max_megapixels = float(max_megapixels)
-    report = idx.sync(photo_dir, workers=workers, skip_errors=skip_errors, progress=not _quiet(ctx, quiet))
+    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet))
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
@@ -90,11 +93,13 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         n = idx.catalog.count("indexed")
         click.echo(f"{n} images indexed in {index_dir} (preset {idx.preset['name']}): {report.added} added, "
                    f"{report.changed} changed, {report.moved} moved, {report.removed} removed, "
-                   f"{report.unchanged} unchanged, {len(report.errors)} unreadable; {report.seconds:.1f} s")
+                   f"{report.unchanged} unchanged, {len(report.errors) + report.failed_before} unreadable"
+                   + (f" ({report.failed_before} unchanged since they failed, see 'retrieval info')"
+                      if report.failed_before else "") + f"; {report.seconds:.1f} s")
     if report.errors:
         click.echo(f"{len(report.errors)} file(s) could not be read (listed above).", err=True)
-        if not skip_errors:
-            ctx.exit(1)
+    if strict and (report.errors or report.failed_before):
+        ctx.exit(1)
 
 
 QUERY_HEADER = f"{'rank':>4}  {'score':>7}  {'similarity':>10}  {'verified':8}  {'inliers':>7}  {'box':19}  path"

@@ -189,18 +189,44 @@ def cli_index(tmp_path_factory, pool, store_dir):
     return d, res
 
 
-def test_cli_index_reports_unreadable_files_and_exits_nonzero(cli_index):
+def test_cli_index_reports_unreadable_files_once_with_true_counts(cli_index):
+    """Unreadable files: listed on stderr in the run where they fail, never counted as added; a re-run does not
+    retry them, says how many are still unreadable and lists none again; exit 0 once every file was handled,
+    1 with --strict."""
     d, res = cli_index
-    assert res.exit_code == 1
+    assert res.exit_code == 0
     assert "empty.jpg" in res.output and "text.jpg" in res.output
     assert "2 file(s) could not be read" in res.output
-    assert "8 images indexed" in res.output
-    res2 = run(["index", str(d / "photos"), "--index", str(d / "idx"), "--quiet", "--skip-errors", "--json"])
+    assert "8 images indexed" in res.output and "8 added" in res.output and "2 unreadable" in res.output
+    res2 = run(["index", str(d / "photos"), "--index", str(d / "idx"), "--quiet", "--json"])
     assert res2.exit_code == 0
     report = json.loads(res2.output[res2.output.index("{"):res2.output.rindex("}") + 1])
-    assert sorted(Path(e["path"]).name for e in report["errors"]) == ["empty.jpg", "text.jpg"]
+    assert report["errors"] == [] and report["failed_before"] == 2
+    assert report["added"] == 0 and report["unchanged"] == 8
+    res3 = run(["index", str(d / "photos"), "--index", str(d / "idx"), "--quiet", "--strict"])
+    assert res3.exit_code == 1
+    assert "0 added" in res3.output and "2 unreadable (2 unchanged since they failed" in res3.output
+    assert "empty.jpg" not in res3.output                        # reported once, in the run where it failed
     info = json.loads(run(["info", "--index", str(d / "idx"), "--json"]).output)
     assert info["indexed"] == 8 and info["errors"] == 2
+    assert sorted(Path(e["path"]).name for e in info["error_files"]) == ["empty.jpg", "text.jpg"]
+    assert info["last_run"]["status"] == "done"
+
+
+def test_a_failed_sync_is_not_left_running(tmp_path):
+    """A folder of unreadable files only: the sync fails with one message and its run is recorded as failed."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(b"")
+    (photos / "b.png").write_text("not an image")
+    res = run(["index", str(photos), "--index", str(tmp_path / "idx"), "--quiet", "--train-on", "collection"])
+    assert res.exit_code == 1 and "Traceback" not in res.output and "no readable image to train" in res.output
+    info = json.loads(run(["info", "--index", str(tmp_path / "idx"), "--json"]).output)
+    assert info["last_run"]["status"] == "failed"
+    # with the shipped generic model there is nothing to train: the run completes, every file listed as unreadable
+    res = run(["index", str(photos), "--index", str(tmp_path / "gen"), "--quiet"])
+    assert res.exit_code == 0 and "0 images indexed" in res.output and "2 unreadable" in res.output
+    assert json.loads(run(["info", "--index", str(tmp_path / "gen"), "--json"]).output)["last_run"]["status"] == "done"
 
 
 def test_cli_query_json_schema_and_boxes(cli_index, pool):
@@ -303,3 +329,19 @@ def test_second_writer_is_refused_while_one_runs(tmp_path, pool, model_dir, stor
     finally:
         os.close(fd)
     assert idx.sync(photos).added == 1
+
+
+def test_a_run_left_running_by_a_killed_process_shows_as_interrupted(cli_index):
+    from retrieval.app.index import Index
+
+    d, _ = cli_index
+    idx = Index.open(d / "idx")
+    try:
+        idx.catalog.start_run("a process killed before its commit")
+        assert idx.catalog.runs()[-1]["status"] == "running"
+        assert idx.info()["last_run"]["status"] == "interrupted"        # nobody holds the writer lock
+        with idx._writer_lock():
+            assert idx.info()["last_run"]["status"] == "running"        # a sync in progress is running
+    finally:
+        idx.catalog.end_running_runs("interrupted")
+        idx.close()
