@@ -27,7 +27,7 @@ from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset
 from retrieval.features.image import IMAGE_EXTENSIONS
 
-USE_BELOW = 512
+USE_BELOW = 100
 SOURCE = ("INRIA Holidays (Jegou, Douze and Schmid, ECCV 2008): 805 photos, 325 x 243 thumbnails "
           "(../shared/data/real/holidays805/jpg)")
 

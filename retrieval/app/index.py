@@ -95,7 +95,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
             indexes may share one
         exist_ok : bool — open an existing index built with the same preset instead of failing
         train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
-            (:mod:`retrieval.app.generic_models`; auto: the shipped model below 512 images)
+            (:mod:`retrieval.app.generic_models`; auto: the shipped model below 100 images)
         """
         path = Path(path)
         preset = load_preset(preset)

@@ -42,7 +42,7 @@ def _quiet(ctx, quiet: bool) -> bool:
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
 @click.option("--train-on", type=click.Choice(["auto", "collection", "generic"]), default="auto", show_default=True,
               help="A new index's model: the package's generic model (trained on independent photos), the "
-                   "collection itself, or auto: generic below 512 images.")
+                   "collection itself, or auto: generic below 100 images.")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
 @click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
