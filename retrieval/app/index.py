@@ -39,6 +39,7 @@ from retrieval.app.generations import GenerationsMixin
 from retrieval.app.generic_models import TRAIN_ON
 from retrieval.app.index_build import IndexBuildMixin
 from retrieval.app.index_query import QueryMixin
+from retrieval.app.index_roots import RootsMixin
 from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos are part of this API)
     LazyFeatures,
     SyncReport,
@@ -64,7 +65,7 @@ INDEX_FORMAT_VERSION = 1
 
 # ---------------------------------------------------------------------------------------------- the index
 
-class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
+class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
     """A searchable index of a photo folder, stored in an index folder (see the module docstring).
 
     Use :meth:`create` or :meth:`open`, then :meth:`sync`, :meth:`search`, :meth:`remove`, :meth:`info`.
@@ -173,7 +174,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
 
     # ------------------------------------------------------------------ sync
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
-             progress: bool = False) -> SyncReport:
+             progress: bool = False, add_root: bool = False, replace_root: bool = False,
+             prune: bool = False) -> SyncReport:
         """Bring the index in line with a photo folder (or an explicit list of image paths).
 
         New and changed files (size, mtime, then content hash) are extracted and added, deleted files dropped,
@@ -181,19 +183,22 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
         files are recorded with status ``error`` and listed in the report of the run where they fail; unchanged,
         they are not retried (``SyncReport.failed_before``). ``skip_errors`` is accepted and ignored (the report
         says what failed). Everything is committed in one catalog transaction (module docstring); a sync stopped
-        by an error commits nothing and its run is marked ``failed``.
+        by an error commits nothing and its run is marked ``failed``. A folder sync follows the index's folders
+        (:mod:`retrieval.app.index_roots`: ``add_root`` / ``replace_root`` for another folder); one that would
+        remove more than half of the indexed images needs ``prune``.
         """
         with self._writer_lock():
             try:
-                return self._sync(folder_or_paths, workers, progress)
+                return self._sync(folder_or_paths, workers, progress, add_root, replace_root, prune)
             except Exception:
                 self.catalog.end_running_runs("failed")   # nothing was committed; the run must not stay 'running'
                 raise
 
-    def _sync(self, folder_or_paths, workers, progress) -> SyncReport:
+    def _sync(self, folder_or_paths, workers, progress, add_root, replace_root, prune) -> SyncReport:
         t0 = t_stage = time.perf_counter()
+        roots = None
         if isinstance(folder_or_paths, (str, os.PathLike)):
-            files = walk_photos(folder_or_paths)
+            files, roots = self._folder_files(folder_or_paths, add_root, replace_root)
             source = str(Path(folder_or_paths).resolve())
             if not files:
                 raise ValueError(f"photo folder {source!r} holds no images "
@@ -271,6 +276,10 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
                 deletes.append(r["id"])
                 if r["status"] == "indexed":
                     report.removed += 1
+        n_before = sum(r["status"] == "indexed" for r in rows)
+        if report.removed > n_before / 2 and not prune:
+            raise ValueError(f"this sync would remove {report.removed} of the {n_before} indexed images (their files "
+                             f"are gone); nothing was changed: run again with --prune to confirm.")
 
         report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
@@ -339,7 +348,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
         stats_row = {"added": report.added, "changed": report.changed, "moved": report.moved,
                      "removed": report.removed, "errors": len(report.errors)}
         self.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=next_id, upserts=new_rows,
-                                 deletes=deletes, moves=moves + touched, stats=stats_row)
+                                 deletes=deletes, moves=moves + touched, stats=stats_row,
+                                 extra_meta=None if roots is None else {"roots": roots})
         crash_point("commit")
         self._backend, self._backend_gen = backend, new_gen
         self._cleanup(keep=[gen, new_gen])
@@ -382,9 +392,11 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
         if backend.trained:
             backend.save_state(tmp)
         os.replace(tmp, self._gen_dir(new_gen))
+        gone = [by_id[i]["path"] for i in ids]
         self.catalog.commit_sync(run_id=run_id, generation=new_gen,
                                  next_id=int(self.catalog.get_meta("next_id", 0)), upserts=[], deletes=ids,
-                                 moves=[], stats={"removed": len(ids)})
+                                 moves=[], stats={"removed": len(ids)},
+                                 extra_meta={"excluded": sorted(set(self.excluded) | set(gone))})
         self._cleanup(keep=[gen, new_gen])
         return len(ids)
 
@@ -475,6 +487,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin):
             "indexed": counts.get("indexed", 0),
             "errors": counts.get("error", 0),
             "error_files": [{"path": r["path"], "error": r["error"]} for r in rows if r["status"] == "error"],
+            "roots": self.roots,
+            "excluded": self.excluded,
             "bytes_on_disk": int(size),
             "runs": len(runs),
             "last_run": runs[-1] if runs else None,

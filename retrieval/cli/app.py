@@ -49,6 +49,13 @@ def _quiet(ctx, quiet: bool) -> bool:
               help="Refuse larger images (decompression guard) [default: the preset's features.max_megapixels, "
                    "150].")
 @workers_option()
+@click.option("--add-root", is_flag=True, help="PHOTO_DIR is another folder: follow it as well as the index's.")
+@click.option("--replace-root", is_flag=True,
+              help="PHOTO_DIR is another folder: follow only it (the other folders' images are dropped).")
+@click.option("--prune", "--yes", "prune", is_flag=True,
+              help="Confirm a sync that removes more than half of the indexed images.")
+@click.option("--include", "include", multiple=True, metavar="PATH",
+              help="Index again a file removed with 'retrieval remove' (repeatable).")
 @click.option("--strict", is_flag=True, help="Exit 1 when any file could not be read (default: 0 once every file "
               "was handled; unreadable files are listed).")
 @click.option("--skip-errors", is_flag=True, hidden=True, help="Accepted for compatibility: exit 0 is the default.")
@@ -56,7 +63,7 @@ def _quiet(ctx, quiet: bool) -> bool:
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              strict, skip_errors, quiet, as_json):
+              add_root, replace_root, prune, include, strict, skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -84,7 +91,13 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         idx._import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
         idx.extractor.max_megapixels = float(max_megapixels)
-    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet))
+    if include:
+        back = idx.include(include)
+        missing = sorted({os.path.abspath(os.path.expanduser(p)) for p in include} - set(back))
+        if missing:
+            raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
+    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet), add_root=add_root,
+                      replace_root=replace_root, prune=prune)
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
@@ -187,8 +200,12 @@ def info_cmd(index_dir, as_json):
         r = info["last_run"]
         click.echo(f"last run   {r['started']} {r['status']}: +{r['added'] or 0} ~{r['changed'] or 0} "
                    f">{r['moved'] or 0} -{r['removed'] or 0}, {r['errors'] or 0} errors")
+    for r in info.get("roots", []):
+        click.echo(f"folder     {r}")
     for e in info["error_files"]:
         click.echo(f"unreadable {e['path']}: {e['error']}")
+    for x in info.get("excluded", []):
+        click.echo(f"removed    {x} (left out of syncs; 'retrieval index DIR --include PATH' takes it back)")
 
 
 @main.command("remove")
