@@ -21,11 +21,11 @@ def test_demo_end_to_end(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout
     image_part, box_part = out.split("Box query:")
-    ranked = [ln.split()[2] for ln in image_part.splitlines() if re.match(r"^\s+\d+\s", ln)]
+    ranked = [ln.split()[-1] for ln in image_part.splitlines() if re.match(r"^\s+\d+\s", ln)]
     assert len(ranked) == 8
     assert sum("coffee" in p for p in ranked[:6]) == 6  # the crop itself, the original and its 4 other views
-    boxed = [ln.split()[2] for ln in box_part.splitlines() if re.match(r"^\s+\d+\s", ln)]
+    boxed = [ln.split()[-1] for ln in box_part.splitlines() if re.match(r"^\s+\d+\s", ln)]
     assert sum("chelsea" in p for p in boxed[:6]) == 6
     for name in ("query-image.html", "query-box.html"):
         text = (tmp_path / "demo" / name).read_text()
-        assert text.count('<figure class="result">') == 8
+        assert text.count('<figure class="result">') + text.count('<figure class="result verified">') == 8
