@@ -8,6 +8,7 @@ imports stay inside the commands so that ``retrieval --help`` is fast.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 
 import click
@@ -27,6 +28,11 @@ class RetrievalGroup(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             raise click.ClickException(str(exc)) from None
+        except sqlite3.Error as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            raise click.ClickException(f"the index catalog (catalog.db): {exc}; nothing was committed (is the disk "
+                                       f"full, or the file size limited? 'retrieval info' shows the index)") from None
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
