@@ -6,12 +6,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from retrieval.app.integrity import DamagedError, check_folder
 from retrieval.engine.pipeline import make_backend
+
+logger = logging.getLogger("retrieval.app.index")
 
 
 class GenerationsMixin:
@@ -33,7 +38,15 @@ class GenerationsMixin:
             raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
                              f"{info.get('preset_version')}, not {self.preset['name']!r} version "
                              f"{self.preset['version']}.")
-        backend.load_model(self._model_dir(), info)
+        problems = check_folder(self._model_dir())
+        if problems:
+            raise ValueError(f"{problems[0]}: the model is damaged; rebuild the index (or 'retrieval index DIR "
+                             f"--model OTHER_INDEX' into a new folder).")
+        try:
+            backend.load_model(self._model_dir(), info)
+        except (KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{self._model_dir()}: the model is damaged ({type(exc).__name__}: {exc}); rebuild "
+                             f"the index.") from None
         return True
 
     def _import_model(self, src: Path) -> None:
@@ -66,9 +79,35 @@ class GenerationsMixin:
                 raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
             self._backend, self._backend_gen = backend, gen
             return backend
-        backend.load_state(self._gen_dir(gen) if gen else None)
+        if gen:
+            self._load_intact_state(backend, gen)
+        else:
+            backend.load_state(None)
         self._backend, self._backend_gen = backend, gen
         return backend
+
+    def _load_intact_state(self, backend, gen: int) -> None:
+        """Load generation ``gen``; if it is damaged (sizes against its manifest, or an unreadable file), the newest
+        intact older generation still on disk, with a warning naming the damaged file (``retrieval check --repair``
+        rebuilds it); a ValueError naming the file when none is intact."""
+        first = None
+        older = sorted((int(p.name) for p in (self.path / "gens").iterdir() if p.name.isdigit() and int(p.name) < gen),
+                       reverse=True) if (self.path / "gens").is_dir() else []
+        for g in [gen, *older]:
+            problems = check_folder(self._gen_dir(g))
+            if not problems:
+                try:
+                    backend.load_state(self._gen_dir(g))
+                except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+                    problems = [DamagedError(self._gen_dir(g), f"unreadable ({exc})")]
+            if not problems:
+                if first is not None:
+                    logger.warning("%s; searching generation %d instead (older: recent changes are missing); run "
+                                   "'retrieval check --repair --index %s'", first, g, self.path)
+                return
+            first = first or problems[0]
+        raise ValueError(f"{first}; no intact generation to fall back to: run 'retrieval check --repair --index "
+                         f"{self.path}'.")
 
     def _cleanup(self, keep: Iterable[int]) -> None:
         keep_names = {f"{g:08d}" for g in keep}

@@ -49,6 +49,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
     progress_callback,
     walk_photos,
 )
+from retrieval.app.integrity import write_manifest
 from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
 from retrieval.engine.hits import Hit
@@ -340,7 +341,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         backend.save_state(tmp)
-
+        write_manifest(tmp)
         fsync_dir(tmp)
         os.replace(tmp, final)
         fsync_dir(final.parent)
@@ -391,6 +392,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         tmp.mkdir(parents=True)
         if backend.trained:
             backend.save_state(tmp)
+        write_manifest(tmp)
         os.replace(tmp, self._gen_dir(new_gen))
         gone = [by_id[i]["path"] for i in ids]
         self.catalog.commit_sync(run_id=run_id, generation=new_gen,

@@ -15,6 +15,7 @@ import numpy as np
 
 from retrieval.app.generic_models import generic_model, provenance
 from retrieval.app.index_support import LazyFeatures, progress_callback
+from retrieval.app.integrity import write_manifest
 from retrieval.core.persistence import crash_point, fsync_dir, write_json_atomic
 from retrieval.engine.presets import preset_config
 from retrieval.features.parallel import extract_many
@@ -111,6 +112,7 @@ class IndexBuildMixin:
             info["effective"] = effective
 
         write_json_atomic(tmp / "model.json", info)
+        write_manifest(tmp)
         fsync_dir(tmp)
         shutil.rmtree(self._model_dir(), ignore_errors=True)
         os.replace(tmp, self._model_dir())

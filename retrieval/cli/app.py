@@ -208,6 +208,42 @@ def info_cmd(index_dir, as_json):
         click.echo(f"removed    {x} (left out of syncs; 'retrieval index DIR --include PATH' takes it back)")
 
 
+@main.command("check")
+@_index_option
+@click.option("--repair", is_flag=True, help="Rebuild what can be rebuilt (a damaged generation, from the model and "
+              "the feature store; no feature is re-extracted) and say what could not.")
+@json_option("Print the findings as JSON.")
+@click.pass_context
+def check_cmd(ctx, index_dir, repair, as_json):
+    """Verify an index: the catalog (SQLite integrity_check), the model and every generation against their
+    manifests (sizes and checksums). Exit 0 when everything is intact (or was repaired), 1 otherwise."""
+    from retrieval.app.index import Index
+    from retrieval.app.integrity import check_index, repair_index
+
+    idx = Index.open(_index_dir(index_dir))
+    report = check_index(idx)
+    if repair and not report["ok"]:
+        report["repair"] = repair_index(idx)
+        report["after_repair"] = check_index(idx)
+    final = report.get("after_repair", report)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(f"catalog    {report['catalog']}")
+        click.echo(f"model      {'ok' if not report['model'] else '; '.join(report['model'])}")
+        for g, problems in sorted(report["generations"].items()):
+            mark = " (committed)" if g == report["committed"] else ""
+            click.echo(f"generation {g}{mark}: {'ok' if not problems else '; '.join(problems)}")
+        for line in report.get("repair", {}).get("repaired", []):
+            click.echo(f"repaired   {line}")
+        for line in report.get("repair", {}).get("could_not", []):
+            click.echo(f"not repaired: {line}", err=True)
+        if not final["ok"] and not repair:
+            click.echo(f"damaged: run 'retrieval check --repair --index {idx.path}'", err=True)
+    if not final["ok"]:
+        ctx.exit(1)
+
+
 @main.command("remove")
 @click.argument("paths", nargs=-1, required=True)
 @_index_option

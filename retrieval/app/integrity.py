@@ -1,0 +1,154 @@
+"""Integrity of an index folder: manifests, damage detection, fallback and repair.
+
+Every published generation (``gens/NNNNNNNN/``) and the model folder (``model/``) carry ``manifest.json``: the size
+and BLAKE2b checksum of each of their files. Opening a generation checks the sizes (cheap); ``retrieval check``
+checks the checksums too, and SQLite's ``integrity_check`` of the catalog. A damaged committed generation is
+refused with one line naming the file, and searches fall back to the newest intact older generation (with a
+warning). ``retrieval check --repair`` rebuilds the committed generation from the model and the feature store
+(no feature is re-extracted) and says what it could not rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from retrieval.core.persistence import write_json_atomic
+
+logger = logging.getLogger("retrieval.app.index")
+
+MANIFEST = "manifest.json"
+
+__all__ = ["MANIFEST", "DamagedError", "check_folder", "write_manifest"]
+
+
+class DamagedError(ValueError):
+    """A file of an index folder does not match its manifest; ``path`` names it."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def _checksum(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(folder) -> None:
+    """Write ``folder/manifest.json``: ``{relative path: {"size", "blake2b"}}`` of every other file in it."""
+    folder = Path(folder)
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[p.relative_to(folder).as_posix()] = {"size": p.stat().st_size, "blake2b": _checksum(p)}
+    write_json_atomic(folder / MANIFEST, {"format": "retrieval-manifest", "format_version": 1, "files": files})
+
+
+def check_folder(folder, *, checksums: bool = False) -> list[DamagedError]:
+    """Problems of a folder against its manifest (empty: intact, or no manifest: written by an older version).
+
+    ``checksums=False`` compares sizes only (what opening an index does); ``True`` also the checksums."""
+    folder = Path(folder)
+    mpath = folder / MANIFEST
+    if not mpath.exists():
+        return []
+    try:
+        files = json.loads(mpath.read_text("utf-8"))["files"]
+    except (ValueError, KeyError, TypeError):
+        return [DamagedError(mpath, "unreadable manifest")]
+    out = []
+    for rel, want in files.items():
+        p = folder / rel
+        if not p.is_file():
+            out.append(DamagedError(p, "missing"))
+            continue
+        size = p.stat().st_size
+        if size != want["size"]:
+            out.append(DamagedError(p, f"{size} bytes, expected {want['size']} (truncated or overwritten)"))
+        elif checksums and _checksum(p) != want["blake2b"]:
+            out.append(DamagedError(p, "checksum mismatch (the content changed on disk)"))
+    return out
+
+
+def check_index(idx, *, checksums: bool = True) -> dict:
+    """``retrieval check``: the catalog (SQLite ``integrity_check``), the model folder and every generation on
+    disk against their manifests. Returns ``{"catalog": "ok" or the problem, "model": [problems], "generations":
+    {gen: [problems]}, "committed": gen, "ok": bool}`` (problems as one-line strings naming the file)."""
+    rows = [tuple(r) for r in idx.catalog.db.execute("PRAGMA integrity_check").fetchall()]
+    catalog = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
+    model = [str(p) for p in check_folder(idx._model_dir(), checksums=checksums)]
+    gens = {}
+    folder = idx.path / "gens"
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if p.name.isdigit():
+            gens[int(p.name)] = [str(x) for x in check_folder(p, checksums=checksums)]
+    committed = idx.catalog.snapshot()[0]
+    if committed and committed not in gens:
+        gens[committed] = [f"{idx._gen_dir(committed)}: missing"]
+    ok = catalog == "ok" and not model and not any(gens.values())
+    return {"catalog": catalog, "model": model, "generations": gens, "committed": committed, "ok": ok}
+
+
+def repair_index(idx) -> dict:
+    """``retrieval check --repair``: rebuild the committed generation from the model and the feature store (no
+    feature is re-extracted) when it is damaged or missing. Returns ``{"repaired": [...], "could_not": [...]}``."""
+    import os
+    import shutil
+
+    import numpy as np
+
+    from retrieval.app.index_support import LazyFeatures
+    from retrieval.core.persistence import fsync_dir
+    from retrieval.engine.pipeline import make_backend
+
+    report = check_index(idx)
+    out = {"repaired": [], "could_not": []}
+    if report["catalog"] != "ok":
+        out["could_not"].append(f"the catalog is damaged ({report['catalog']}): rebuild the index "
+                                f"('retrieval index PHOTO_DIR' into a new folder)")
+        return out
+    if report["model"]:
+        out["could_not"].append(f"the model is damaged ({report['model'][0]}): rebuild the index")
+        return out
+    gen, rows = idx.catalog.snapshot()
+    for g, problems in report["generations"].items():
+        if g != gen and problems:   # a damaged fallback: of no use, removed
+            shutil.rmtree(idx._gen_dir(g), ignore_errors=True)
+            out["repaired"].append(f"removed the damaged older generation {g} ({problems[0]})")
+    if not gen or not report["generations"].get(gen):
+        return out
+    with idx._writer_lock():
+        indexed = [r for r in rows if r["status"] == "indexed"]
+        store, key = idx.store, idx.extractor.config_key
+        missing = [r["path"] for r in indexed if (r["hash"], key) not in store]
+        if missing:
+            out["could_not"].append(f"{len(missing)} images have no features in the store (first: {missing[0]}): "
+                                    f"run 'retrieval index' to extract them again")
+            return out
+        backend = make_backend(idx.preset)
+        idx._load_model_into(backend)
+        backend.load_state(None)
+        backend.add(np.asarray([r["id"] for r in indexed], np.int64), LazyFeatures(store, key, [r["hash"] for r in indexed]))
+        new_gen = max([gen, *report["generations"]]) + 1
+        tmp = idx.path / "gens" / f"{new_gen:08d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        backend.save_state(tmp)
+        write_manifest(tmp)
+        fsync_dir(tmp)
+        os.replace(tmp, idx._gen_dir(new_gen))
+        run_id = idx.catalog.start_run("check --repair")
+        idx.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=int(idx.catalog.get_meta("next_id", 0)),
+                                upserts=[], deletes=[], moves=[], stats={})
+        idx._backend = None
+        idx._cleanup(keep=[new_gen])
+    out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "
+                           f"feature store as generation {new_gen} ({len(indexed)} images)")
+    return out

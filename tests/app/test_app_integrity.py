@@ -1,0 +1,101 @@
+"""Damaged index files: detected and named in one line, searches fall back to the newest intact generation, and
+``retrieval check --repair`` gives an index whose results equal a fresh build (no feature re-extracted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from conftest import FEATURE_CACHE
+from helpers import make_pool, small_preset
+
+from retrieval.app.index import Index
+from retrieval.cli.main import main
+
+
+def run(args):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    return make_pool(tmp_path_factory.mktemp("pool"))
+
+
+def build(tmp_path, pool, n_first=6, n=8):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in pool[:n_first]:
+        shutil.copy(p, photos)
+    idx = Index.create(tmp_path / "i", small_preset(), feature_store=FEATURE_CACHE)
+    idx.sync(photos)
+    for p in pool[n_first:n]:
+        shutil.copy(p, photos)
+    idx.sync(photos)                       # generation 2; generation 1 is kept as the fallback
+    return idx, photos
+
+
+def ranked(idx, q):
+    return [(h.path, round(h.score, 6)) for h in idx.search(str(q), k=8, rerank="none")]
+
+
+def test_truncated_state_falls_back_then_repair_equals_a_fresh_build(tmp_path, pool, caplog):
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[1].name
+    want = ranked(idx, q)           # what the intact index answers: the repaired one must answer the same
+    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec.write_bytes(vec.read_bytes()[: vec.stat().st_size // 2])
+    again = Index.open(tmp_path / "i")
+    got = ranked(again, q)                                   # generation 1: the 6 first images still searchable
+    assert "vectors.npy" in caplog.text and "searching generation 1 instead" in caplog.text
+    assert len(got) == 6 and got[0][0] == str(q)
+    res = run(["check", "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and "vectors.npy" in res.output and "expected" in res.output
+    res = run(["check", "--repair", "--index", str(tmp_path / "i")])
+    assert res.exit_code == 0, res.output
+    assert "rebuilt from the model and the feature store" in res.output
+    assert ranked(Index.open(tmp_path / "i"), q) == want
+    assert run(["check", "--index", str(tmp_path / "i")]).exit_code == 0
+
+
+def test_flipped_byte_is_found_by_check_and_repaired(tmp_path, pool):
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[2].name
+    want = ranked(idx, q)
+    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    data = bytearray(vec.read_bytes())
+    data[-7] ^= 0x40                                         # same size: only the checksum tells
+    vec.write_bytes(bytes(data))
+    report = json.loads(run(["check", "--index", str(tmp_path / "i"), "--json"]).output)
+    assert not report["ok"] and "checksum mismatch" in report["generations"]["2"][0]
+    res = run(["check", "--repair", "--index", str(tmp_path / "i"), "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["after_repair"]["ok"]
+    assert ranked(Index.open(tmp_path / "i"), q) == want
+
+
+def test_no_intact_generation_is_one_line_until_repaired(tmp_path, pool):
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[0].name
+    want = ranked(idx, q)
+    for g in ("00000001", "00000002"):
+        (tmp_path / "i" / "gens" / g / "ids.npy").write_bytes(b"")
+    res = run(["query", str(q), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and "ids.npy" in res.output and "check --repair" in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+    res = run(["check", "--repair", "--index", str(tmp_path / "i")])
+    assert res.exit_code == 0, res.output
+    assert "removed the damaged older generation 1" in res.output
+    assert ranked(Index.open(tmp_path / "i"), q) == want
+
+
+def test_damaged_model_is_named_in_one_line(tmp_path, pool):
+    idx, photos = build(tmp_path, pool)
+    npz = next((tmp_path / "i" / "model").glob("*.npz"))
+    npz.write_bytes(npz.read_bytes()[:100])
+    res = run(["query", str(photos / pool[0].name), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and npz.name in res.output and "model is damaged" in res.output
+    assert "Traceback" not in res.output
+    res = run(["check", "--repair", "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and "the model is damaged" in res.output and "rebuild the index" in res.output
