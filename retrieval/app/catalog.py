@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,9 +68,14 @@ class Catalog:
         if create:
             self.db.enable_wal()
             self._create_tables()
-        if "meta" not in self.db.table_names():
+        try:
+            tables = self.db.table_names()
+            fmt = self.get_meta("format") if "meta" in tables else None
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{self.path}: the catalog is damaged ({exc}); an index with a damaged catalog must be "
+                             f"rebuilt ('retrieval index PHOTO_DIR' into a new folder).") from None
+        if "meta" not in tables:
             raise ValueError(f"{self.path}: not a retrieval catalog (no 'meta' table).")
-        fmt = self.get_meta("format")
         if fmt != {"name": CATALOG_FORMAT, "version": CATALOG_FORMAT_VERSION}:
             raise ValueError(f"{self.path}: catalog format {fmt!r}; this library reads "
                              f"{CATALOG_FORMAT!r} version {CATALOG_FORMAT_VERSION}.")

@@ -33,15 +33,18 @@ class GenerationsMixin:
         info_path = self._model_dir() / "model.json"
         if not info_path.exists():
             return False
-        info = json.loads(info_path.read_text("utf-8"))
-        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
-            raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
-                             f"{info.get('preset_version')}, not {self.preset['name']!r} version "
-                             f"{self.preset['version']}.")
         problems = check_folder(self._model_dir())
         if problems:
             raise ValueError(f"{problems[0]}: the model is damaged; rebuild the index (or 'retrieval index DIR "
                              f"--model OTHER_INDEX' into a new folder).")
+        try:
+            info = json.loads(info_path.read_text("utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"{info_path}: the model is damaged (unreadable JSON: {exc}); rebuild the index.") from None
+        if info.get("preset") != self.preset["name"] or info.get("preset_version") != self.preset["version"]:
+            raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
+                             f"{info.get('preset_version')}, not {self.preset['name']!r} version "
+                             f"{self.preset['version']}.")
         try:
             backend.load_model(self._model_dir(), info)
         except (KeyError, EOFError, zipfile.BadZipFile) as exc:

@@ -99,3 +99,23 @@ def test_damaged_model_is_named_in_one_line(tmp_path, pool):
     assert "Traceback" not in res.output
     res = run(["check", "--repair", "--index", str(tmp_path / "i")])
     assert res.exit_code == 1 and "the model is damaged" in res.output and "rebuild the index" in res.output
+
+
+@pytest.mark.parametrize("target, cut", [("gens/00000002/state.json", 10), ("model/model.json", 10),
+                                         ("catalog.db", 0), ("catalog.db", 2000)])
+def test_truncated_json_and_catalog_are_named_in_one_line(tmp_path, pool, target, cut):
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[0].name
+    idx.close()
+    path = tmp_path / "i" / target
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / "i" / f"catalog.db{suffix}").unlink(missing_ok=True)
+    path.write_bytes(path.read_bytes()[:cut] if cut else b"not a database, overwritten" * 40)
+    res = run(["query", str(q), "--index", str(tmp_path / "i")])
+    assert "Traceback" not in res.output
+    if target.startswith("gens/"):
+        # the generation's manifest names the damaged file; the search falls back to generation 1
+        assert res.exit_code == 0 and "state.json" in res.output and "searching generation 1" in res.output
+    else:
+        assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
+        assert target.split("/")[-1] in res.output and "damaged" in res.output
