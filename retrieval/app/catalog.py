@@ -71,7 +71,10 @@ class Catalog:
         try:
             tables = self.db.table_names()
             fmt = self.get_meta("format") if "meta" in tables else None
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.OperationalError as exc:   # I/O: a full disk, a file-size limit, permissions
+            raise OSError(f"{self.path}: cannot use the catalog ({exc}); nothing was committed (is the disk full, or "
+                          f"the file size limited?)") from None
+        except sqlite3.DatabaseError as exc:      # "file is not a database", "database disk image is malformed"
             raise ValueError(f"{self.path}: the catalog is damaged ({exc}); an index with a damaged catalog must be "
                              f"rebuilt ('retrieval index PHOTO_DIR' into a new folder).") from None
         if "meta" not in tables:
