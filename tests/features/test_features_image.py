@@ -219,7 +219,7 @@ def test_index_max_megapixels_option_refuses_and_names_the_file(tmp_path):
         (photos / p.split("/")[-1]).symlink_to(p)
     Image.new("RGB", (2400, 2000), (90, 100, 110)).save(photos / "big.jpg")       # 4.8 MP
     res = CliRunner().invoke(main, ["-q", "index", str(photos), "--index", str(tmp_path / "i"), "--feature-store",
-                                    str(FEATURE_CACHE), "--max-megapixels", "4"])
-    assert res.exit_code == 1
+                                    str(FEATURE_CACHE), "--max-megapixels", "4", "--strict"])
+    assert res.exit_code == 1                                      # --strict: an unreadable file fails the run
     assert "big.jpg" in res.output and "4.8 megapixels" in res.output and "max_megapixels=4.0" in res.output
     assert "Traceback" not in res.output
