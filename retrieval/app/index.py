@@ -54,7 +54,7 @@ from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import check_available, load_preset, preset_config, preset_digest, preset_names
-from retrieval.features import FeatureExtractor, parse_box, select_in_box, subset
+from retrieval.features import FeatureExtractor
 from retrieval.features.image import IMAGE_EXTENSIONS
 from retrieval.features.store import FeatureStore, file_hash
 
@@ -433,22 +433,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         if gen == 0:
             raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
         feats, _ = self.query_features(image)
-        w, h = feats.image_size
-        if bbox is not None:
-            box = parse_box(bbox)
-            x1, y1, x2, y2 = box
-            if x2 <= x1 or y2 <= y1:
-                raise ValueError(f"box {bbox!r}: needs x2 > x1 and y2 > y1.")
-            if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
-                raise ValueError(f"box {bbox!r} is outside the query image of size {w}x{h} "
-                                 f"(boxes are x1,y1,x2,y2 in pixels of the original image after EXIF rotation).")
-            mask = select_in_box(feats, box)
-            if not mask.any():
-                raise ValueError(f"no local features inside the box {bbox!r} of the query image: draw a larger "
-                                 f"box around a textured object.")
-            feats = subset(feats, mask)
-        else:
-            box = (0.0, 0.0, float(w - 1), float(h - 1))
+        feats, box = self._restrict_to_box(feats, bbox)
         by_id = {r["id"]: r for r in rows}
         store, key = self.store, self.extractor.config_key
 

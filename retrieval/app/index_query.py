@@ -13,7 +13,9 @@ import os
 import numpy as np
 
 from retrieval.app.index_support import file_stat
+from retrieval.features import parse_box, select_in_box, subset
 from retrieval.features.store import file_hash
+from retrieval.rerank.boxes import clip_box
 
 logger = logging.getLogger("retrieval.app.index")
 
@@ -55,6 +57,32 @@ class QueryMixin:
             return self.extractor(row["path"]), row
         path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
         return self.extractor(path), None
+
+    @staticmethod
+    def _restrict_to_box(feats, bbox):
+        """(features inside ``bbox``, the box) for a box query, (all features, the whole image) without one. A box
+        partly outside the image is clipped to it, with a warning; one entirely outside, inverted or empty, or with
+        no feature inside, is a ValueError (one line)."""
+        w, h = feats.image_size
+        if bbox is None:
+            return feats, (0.0, 0.0, float(w - 1), float(h - 1))
+        box = parse_box(bbox)
+        x1, y1, x2, y2 = box
+        if x2 <= x1 or y2 <= y1:
+            raise ValueError(f"box {bbox!r}: needs x2 > x1 and y2 > y1.")
+        if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+            clipped = clip_box(box, (w, h))
+            if clipped is None:
+                raise ValueError(f"box {bbox!r} is outside the query image of size {w}x{h} (boxes are x1,y1,x2,y2 "
+                                 f"in pixels of the original image after EXIF rotation).")
+            logger.warning("box %s reaches outside the query image of size %dx%d: clipped to %s", bbox, w, h,
+                           ",".join(f"{v:g}" for v in clipped))
+            box = clipped
+        mask = select_in_box(feats, box)
+        if not mask.any():
+            raise ValueError(f"no local features inside the box {bbox!r} of the query image: draw a larger box "
+                             f"around a textured object.")
+        return subset(feats, mask), box
 
     @staticmethod
     def _changed_since_indexed(row) -> bool:

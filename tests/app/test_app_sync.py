@@ -249,14 +249,24 @@ def test_cli_query_json_schema_and_boxes(cli_index, pool):
 @pytest.mark.parametrize("box, message", [
     ("10,10,5,40", "x1 <= x2"),
     ("10,10,10,40", "x2 > x1"),
-    ("0,0,5000,50", "outside the query image"),
-    ("-5,0,50,50", "outside the query image"),
+    ("5000,5000,6000,6000", "outside the query image"),
+    ("-50,-50,-5,-5", "outside the query image"),
     ("a,b,c,d", "x1,y1,x2,y2"),
 ])
 def test_cli_query_bad_box_is_one_line(cli_index, pool, box, message):
     d, _ = cli_index
     res = run(["query", str(d / "photos" / pool[1].name), "--index", str(d / "idx"), "--bbox", box])
     assert res.exit_code != 0 and message in res.output and one_line_error(res)
+
+
+@pytest.mark.parametrize("box", ["0,0,5000,50", "-5,0,50,50"])
+def test_cli_query_box_partly_outside_is_clipped_with_a_note(cli_index, pool, box):
+    d, _ = cli_index
+    q = str(d / "photos" / pool[1].name)
+    res = run(["query", q, "--index", str(d / "idx"), "--bbox", box, "--json"])
+    assert res.exit_code == 0
+    assert "reaches outside the query image" in res.output and "clipped to" in res.output     # the note (stderr)
+    assert json.loads(res.output[res.output.index("["):])[0]["path"] == q
 
 
 def test_box_without_features(tmp_path, cli_index):
