@@ -105,7 +105,7 @@ def repair_index(idx) -> dict:
     import numpy as np
 
     from retrieval.app.index_support import LazyFeatures
-    from retrieval.core.persistence import fsync_dir
+    from retrieval.core.persistence import crash_point, fsync_dir
     from retrieval.engine.pipeline import make_backend
 
     report = check_index(idx)
@@ -141,12 +141,15 @@ def repair_index(idx) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         backend.save_state(tmp)
+        crash_point("repair-state")          # a half-written generation folder: ignored, removed next time
         write_manifest(tmp)
         fsync_dir(tmp)
         os.replace(tmp, idx._gen_dir(new_gen))
+        crash_point("repair-publish")        # renamed but not committed: the catalog still names the damaged one
         run_id = idx.catalog.start_run("check --repair")
         idx.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=int(idx.catalog.get_meta("next_id", 0)),
                                 upserts=[], deletes=[], moves=[], stats={})
+        crash_point("repair-commit")         # committed, the damaged generation not yet removed
         idx._backend = None
         idx._cleanup(keep=[new_gen])
     out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "

@@ -262,7 +262,8 @@ def crash_point(name: str) -> None:
     When the environment variable ``RETRIEVAL_CRASH_AT`` equals ``name``, the process kills itself with
     SIGKILL (the equivalent of ``kill -9``): no clean-up, no ``finally`` block, no flush runs. Does nothing
     otherwise. Points: ``extract``, ``train``, ``encode``, ``array``, ``publish`` (new generation folder renamed,
-    catalog not yet written), ``catalog`` (inside the catalog transaction), ``commit`` (just after it).
+    catalog not yet written), ``catalog`` (inside the catalog transaction), ``commit`` (just after it);
+    ``repair-state``, ``repair-publish``, ``repair-commit`` inside ``retrieval check --repair``.
     """
     if os.environ.get("RETRIEVAL_CRASH_AT") == name:
         logger.warning("RETRIEVAL_CRASH_AT=%s: killing the process (fault injection)", name)

@@ -119,3 +119,28 @@ def test_truncated_json_and_catalog_are_named_in_one_line(tmp_path, pool, target
     else:
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
         assert target.split("/")[-1] in res.output and "damaged" in res.output
+
+
+@pytest.mark.parametrize("point", ["repair-state", "repair-publish", "repair-commit"])
+def test_kill_9_inside_repair_leaves_a_usable_index(tmp_path, pool, point):
+    """``check --repair`` killed (SIGKILL) at each of its crash points: the index still answers (the fallback
+    generation, or the repaired one), and a second ``check --repair`` ends with an intact index answering like the
+    undamaged one."""
+    import os
+    import subprocess
+    import sys
+
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[3].name
+    want = ranked(idx, q)
+    idx.close()
+    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec.write_bytes(vec.read_bytes()[:100])
+    env = dict(os.environ, RETRIEVAL_CRASH_AT=point)
+    res = subprocess.run([sys.executable, "-m", "retrieval.cli", "check", "--repair", "--index", str(tmp_path / "i")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == -9
+    assert ranked(Index.open(tmp_path / "i"), q)[0][0] == str(q)        # usable right after the crash
+    assert run(["check", "--repair", "--index", str(tmp_path / "i")]).exit_code == 0
+    assert run(["check", "--index", str(tmp_path / "i")]).exit_code == 0
+    assert ranked(Index.open(tmp_path / "i"), q) == want
