@@ -75,8 +75,8 @@ class Catalog:
             raise OSError(f"{self.path}: cannot use the catalog ({exc}); nothing was committed (is the disk full, or "
                           f"the file size limited?)") from None
         except sqlite3.DatabaseError as exc:      # "file is not a database", "database disk image is malformed"
-            raise ValueError(f"{self.path}: the catalog is damaged ({exc}); an index with a damaged catalog must be "
-                             f"rebuilt ('retrieval index PHOTO_DIR' into a new folder).") from None
+            raise ValueError(f"{self.path}: the catalog is damaged ({exc}); 'retrieval check --repair --index "
+                             f"{self.path.parent}' restores the copy taken after the last commit.") from None
         if "meta" not in tables:
             raise ValueError(f"{self.path}: not a retrieval catalog (no 'meta' table).")
         if fmt != {"name": CATALOG_FORMAT, "version": CATALOG_FORMAT_VERSION}:
@@ -213,6 +213,21 @@ class Catalog:
             vals = dict(stats, finished=_now(), status="done")
             cols = ", ".join(f"{c} = ?" for c in vals)
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
+
+    def backup_to(self, path) -> None:
+        """A consistent copy of the catalog (SQLite's online backup) written atomically to ``path``: what
+        ``retrieval check --repair`` restores when ``catalog.db`` is damaged."""
+        import os
+
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        dst = sqlite3.connect(tmp)
+        try:
+            self.db.conn.backup(dst)
+        finally:
+            dst.close()
+        os.replace(tmp, path)
 
     def close(self) -> None:
         self.db.close()

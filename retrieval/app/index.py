@@ -49,7 +49,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
     progress_callback,
     walk_photos,
 )
-from retrieval.app.integrity import write_manifest
+from retrieval.app.integrity import CATALOG_BACKUP, write_manifest
 from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
 from retrieval.engine.hits import Hit
@@ -354,6 +354,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         crash_point("commit")
         self._backend, self._backend_gen = backend, new_gen
         self._cleanup(keep=[gen, new_gen])
+        self.catalog.backup_to(self.path / CATALOG_BACKUP)
         report.generation = new_gen
         report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - t0
@@ -400,6 +401,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                                  moves=[], stats={"removed": len(ids)},
                                  extra_meta={"excluded": sorted(set(self.excluded) | set(gone))})
         self._cleanup(keep=[gen, new_gen])
+        self.catalog.backup_to(self.path / CATALOG_BACKUP)
         return len(ids)
 
     # ------------------------------------------------------------------ search

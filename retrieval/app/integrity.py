@@ -20,8 +20,10 @@ from retrieval.core.persistence import write_json_atomic
 logger = logging.getLogger("retrieval.app.index")
 
 MANIFEST = "manifest.json"
+CATALOG_BACKUP = "catalog.backup.db"
+"""A copy of the catalog taken after each commit (SQLite online backup), restored by ``check --repair``."""
 
-__all__ = ["MANIFEST", "DamagedError", "check_folder", "write_manifest"]
+__all__ = ["CATALOG_BACKUP", "MANIFEST", "DamagedError", "check_folder", "restore_catalog", "write_manifest"]
 
 
 class DamagedError(ValueError):
@@ -152,6 +154,42 @@ def repair_index(idx) -> dict:
         crash_point("repair-commit")         # committed, the damaged generation not yet removed
         idx._backend = None
         idx._cleanup(keep=[new_gen])
+        idx.catalog.backup_to(idx.path / CATALOG_BACKUP)
     out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "
                            f"feature store as generation {new_gen} ({len(indexed)} images)")
     return out
+
+
+def restore_catalog(index_path) -> str | None:
+    """``check --repair`` before the index can be opened: when ``catalog.db`` is damaged and the backup taken after
+    the last commit is intact, the damaged file is kept as ``catalog.db.damaged`` and the backup copied in its place.
+    Returns what was done (None: the catalog is fine); ValueError when there is nothing to restore from."""
+    import shutil
+    import sqlite3
+
+    index_path = Path(index_path)
+    main, backup = index_path / "catalog.db", index_path / CATALOG_BACKUP
+
+    def healthy(path) -> bool:
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                return con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            finally:
+                con.close()
+        except sqlite3.DatabaseError:
+            return False
+
+    if main.exists() and healthy(main):
+        return None
+    if not backup.exists() or not healthy(backup):
+        raise ValueError(f"{main}: the catalog is damaged and there is no intact backup ({backup.name}); rebuild the "
+                         f"index ('retrieval index PHOTO_DIR' into a new folder).")
+    for suffix in ("-wal", "-shm"):
+        Path(str(main) + suffix).unlink(missing_ok=True)
+    if main.exists():
+        shutil.move(main, str(main) + ".damaged")
+    tmp = index_path / "catalog.db.restore"
+    shutil.copyfile(backup, tmp)
+    tmp.replace(main)
+    return f"{main.name} restored from {backup.name} (the damaged file kept as catalog.db.damaged)"

@@ -218,10 +218,13 @@ def check_cmd(ctx, index_dir, repair, as_json):
     """Verify an index: the catalog (SQLite integrity_check), the model and every generation against their
     manifests (sizes and checksums). Exit 0 when everything is intact (or was repaired), 1 otherwise."""
     from retrieval.app.index import Index
-    from retrieval.app.integrity import check_index, repair_index
+    from retrieval.app.integrity import check_index, repair_index, restore_catalog
 
+    restored = restore_catalog(_index_dir(index_dir)) if repair else None
     idx = Index.open(_index_dir(index_dir))
     report = check_index(idx)
+    if restored:
+        report["restored"] = restored
     if repair and not report["ok"]:
         report["repair"] = repair_index(idx)
         report["after_repair"] = check_index(idx)
@@ -234,6 +237,8 @@ def check_cmd(ctx, index_dir, repair, as_json):
         for g, problems in sorted(report["generations"].items()):
             mark = " (committed)" if g == report["committed"] else ""
             click.echo(f"generation {g}{mark}: {'ok' if not problems else '; '.join(problems)}")
+        if restored:
+            click.echo(f"repaired   {restored}")
         for line in report.get("repair", {}).get("repaired", []):
             click.echo(f"repaired   {line}")
         for line in report.get("repair", {}).get("could_not", []):

@@ -106,6 +106,7 @@ def test_damaged_model_is_named_in_one_line(tmp_path, pool):
 def test_truncated_json_and_catalog_are_named_in_one_line(tmp_path, pool, target, cut):
     idx, photos = build(tmp_path, pool)
     q = photos / pool[0].name
+    want = ranked(idx, q)
     idx.close()
     path = tmp_path / "i" / target
     for suffix in ("-wal", "-shm"):
@@ -119,6 +120,11 @@ def test_truncated_json_and_catalog_are_named_in_one_line(tmp_path, pool, target
     else:
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
         assert target.split("/")[-1] in res.output and "damaged" in res.output
+        if target == "catalog.db":       # restored from the copy taken after the last commit
+            res = run(["check", "--repair", "--index", str(tmp_path / "i")])
+            assert res.exit_code == 0 and "catalog.db restored from catalog.backup.db" in res.output, res.output
+            assert (tmp_path / "i" / "catalog.db.damaged").exists()
+            assert ranked(Index.open(tmp_path / "i"), q) == want
 
 
 @pytest.mark.parametrize("point", ["repair-state", "repair-publish", "repair-commit"])
