@@ -432,6 +432,9 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 if attempt == 4:
                     raise
                 time.sleep(0.1)
+        if gen == 0 and self._writer_active():
+            raise ValueError(f"index {self.path} is being built by a running 'retrieval index': nothing is searchable "
+                             f"before its first commit; query again when it has finished.")
         if gen == 0:
             raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
         feats, _ = self.query_features(image)

@@ -24,12 +24,22 @@ def pool(tmp_path_factory):
     return make_pool(tmp_path_factory.mktemp("pool"))
 
 
-def build(tmp_path, pool, n_first=6, n=8):
+def binary_preset():
+    """The compact preset made small: its index holds codes.npy."""
+    from retrieval.engine.paper_presets import apply_overrides
+    from retrieval.engine.presets import load_preset
+
+    p = apply_overrides(load_preset("compact"), ["aggregation.n_components=8", "features.max_side=480"])
+    p.update(name="test-compact", version=1)
+    return p
+
+
+def build(tmp_path, pool, n_first=6, n=8, preset=None):
     photos = tmp_path / "photos"
     photos.mkdir()
     for p in pool[:n_first]:
         shutil.copy(p, photos)
-    idx = Index.create(tmp_path / "i", small_preset(), feature_store=FEATURE_CACHE)
+    idx = Index.create(tmp_path / "i", preset or small_preset(), feature_store=FEATURE_CACHE)
     idx.sync(photos)
     for p in pool[n_first:n]:
         shutil.copy(p, photos)
@@ -60,11 +70,12 @@ def test_truncated_state_falls_back_then_repair_equals_a_fresh_build(tmp_path, p
     assert run(["check", "--index", str(tmp_path / "i")]).exit_code == 0
 
 
-def test_flipped_byte_is_found_by_check_and_repaired(tmp_path, pool):
-    idx, photos = build(tmp_path, pool)
+@pytest.mark.parametrize("kind", ["global", "binary"])
+def test_flipped_byte_is_found_by_check_and_repaired(tmp_path, pool, kind):
+    idx, photos = build(tmp_path, pool, preset=None if kind == "global" else binary_preset())
     q = photos / pool[2].name
     want = ranked(idx, q)
-    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec = tmp_path / "i" / "gens" / "00000002" / ("vectors.npy" if kind == "global" else "codes.npy")
     data = bytearray(vec.read_bytes())
     data[-7] ^= 0x40                                         # same size: only the checksum tells
     vec.write_bytes(bytes(data))
