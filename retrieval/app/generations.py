@@ -72,8 +72,10 @@ class GenerationsMixin:
             meta["effective"] = info["effective"]
         self.catalog.set_meta(model=meta)
 
-    def _backend_for(self, gen: int):
-        """The backend with the model and the state of generation ``gen`` (cached per generation)."""
+    def _backend_for(self, gen: int, *, fallback: bool = True):
+        """The backend with the model and the state of generation ``gen`` (cached per generation). ``fallback``:
+        a damaged ``gen`` may be replaced by an older intact generation (searches); writers pass False, since
+        building on an older state would lose what the catalog says is indexed."""
         if self._backend is not None and self._backend_gen == gen:
             return self._backend
         backend = make_backend(self.preset)
@@ -83,20 +85,20 @@ class GenerationsMixin:
             self._backend, self._backend_gen = backend, gen
             return backend
         if gen:
-            self._load_intact_state(backend, gen)
+            self._load_intact_state(backend, gen, fallback)
         else:
             backend.load_state(None)
         self._backend, self._backend_gen = backend, gen
         return backend
 
-    def _load_intact_state(self, backend, gen: int) -> None:
+    def _load_intact_state(self, backend, gen: int, fallback: bool = True) -> None:
         """Load generation ``gen``; if it is damaged (sizes against its manifest, or an unreadable file), the newest
         intact older generation still on disk, with a warning naming the damaged file (``retrieval check --repair``
         rebuilds it); a ValueError naming the file when none is intact."""
         first = None
         older = sorted((int(p.name) for p in (self.path / "gens").iterdir() if p.name.isdigit() and int(p.name) < gen),
                        reverse=True) if (self.path / "gens").is_dir() else []
-        for g in [gen, *older]:
+        for g in [gen, *older] if fallback else [gen]:
             problems = check_folder(self._gen_dir(g))
             if not problems:
                 try:
@@ -109,8 +111,9 @@ class GenerationsMixin:
                                    "'retrieval check --repair --index %s'", first, g, self.path)
                 return
             first = first or problems[0]
-        raise ValueError(f"{first}; no intact generation to fall back to: run 'retrieval check --repair --index "
-                         f"{self.path}'.")
+        raise ValueError(f"{first}; " + ("no intact generation to fall back to" if fallback else
+                                         "the index cannot be changed before it is repaired")
+                         + f": run 'retrieval check --repair --index {self.path}'.")
 
     def _cleanup(self, keep: Iterable[int]) -> None:
         keep_names = {f"{g:08d}" for g in keep}

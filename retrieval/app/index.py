@@ -296,10 +296,10 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
         # 3. the model
-        backend = self._backend_for(gen)
+        backend = self._backend_for(gen, fallback=False)
         if not backend.trained and not self._use_generic_model(rows, to_add, failed, gen):
             self._train(backend, self._training_paths(rows, to_add, failed, hashes), progress, workers, report)
-        backend = self._backend_for(gen)
+        backend = self._backend_for(gen, fallback=False)
         if self._backend is backend:
             self._backend = None  # the cached backend is about to be modified
         backend.remove(deletes)
@@ -383,7 +383,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         if not ids:
             return 0
         run_id = self.catalog.start_run(f"remove {len(ids)}")
-        backend = self._backend_for(gen)
+        backend = self._backend_for(gen, fallback=False)
         self._backend = None
         backend.remove(ids)
         new_gen = gen + 1

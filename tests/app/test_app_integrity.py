@@ -161,3 +161,23 @@ def test_kill_9_inside_repair_leaves_a_usable_index(tmp_path, pool, point):
     assert run(["check", "--repair", "--index", str(tmp_path / "i")]).exit_code == 0
     assert run(["check", "--index", str(tmp_path / "i")]).exit_code == 0
     assert ranked(Index.open(tmp_path / "i"), q) == want
+
+
+def test_writers_refuse_a_damaged_generation_instead_of_building_on_an_older_one(tmp_path, pool):
+    """A sync or a remove on a damaged committed generation would start from the older fallback state and drop
+    what the catalog says is indexed: both refuse in one line until check --repair; nothing is lost."""
+    idx, photos = build(tmp_path, pool)
+    q = photos / pool[1].name
+    want = ranked(idx, q)
+    idx.close()
+    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec.write_bytes(vec.read_bytes()[:64])
+    shutil.copy(pool[9], photos)
+    res = run(["-q", "index", str(photos), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and "vectors.npy" in res.output and "cannot be changed before it is repaired" in res.output
+    res = run(["remove", str(q), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 1 and "check --repair" in res.output
+    assert run(["check", "--repair", "--index", str(tmp_path / "i")]).exit_code == 0
+    assert ranked(Index.open(tmp_path / "i"), q) == want
+    res = run(["-q", "index", str(photos), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 0 and "9 images indexed" in res.output and "1 added" in res.output
