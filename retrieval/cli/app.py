@@ -25,7 +25,11 @@ def _index_option(f):
 
 
 def _index_dir(value) -> str:
-    return value or os.environ.get("RETRIEVAL_INDEX") or DEFAULT_INDEX
+    path = value or os.environ.get("RETRIEVAL_INDEX") or DEFAULT_INDEX
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise click.ClickException(f"--index {path}: this is a file; an index is a folder (give a new or an "
+                                   f"existing index folder).")
+    return path
 
 
 def _quiet(ctx, quiet: bool) -> bool:

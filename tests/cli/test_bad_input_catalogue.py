@@ -107,6 +107,8 @@ def test_exif_orientation_is_applied(world):
     (["query", "{q}", "--index", "{d}/i", "--bbox", "0,0,5000,40"], 0, "clipped to"),
     (["query", "{q}", "--index", "{d}/i", "--method", "cosine"], 1, "is not offered by preset"),
     (["index", "{d}/other", "--index", "{d}/i"], 1, "--add-root"),
+    (["index", "{photos}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
+    (["query", "{q}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
     (["index", "{photos}", "--index", "{d}/i2", "--preset", "nosuch"], 1, "nosuch"),
 ])
 def test_bad_arguments_are_one_line(world, tmp_path, args, code, message):
