@@ -257,12 +257,48 @@ def check_cmd(ctx, index_dir, repair, as_json):
 @click.argument("paths", nargs=-1, required=True)
 @_index_option
 def remove_cmd(paths, index_dir):
-    """Drop images (paths or ids) from the index. The files themselves are not touched; a later
-    'retrieval index' of a folder that still holds them adds them back."""
+    """Drop images (paths or ids) from the index and print each one removed. The files themselves are not touched;
+    later syncs leave them out until 'retrieval index DIR --include PATH'."""
     from retrieval.app.index import Index
 
-    n = Index.open(_index_dir(index_dir)).remove(list(paths))
-    click.echo(f"{n} image(s) removed")
+    idx = Index.open(_index_dir(index_dir))
+    rows = []
+    for p in paths:
+        r = idx.catalog.row_by_id(int(p)) if str(p).isdigit() and not os.path.exists(p) else None
+        r = r or idx.catalog.row_by_path(os.path.abspath(os.path.expanduser(str(p))))
+        if r is not None:
+            rows.append(r)
+    n = idx.remove(list(paths))
+    for r in rows:
+        click.echo(f"removed {r['id']} {r['path']}")
+    click.echo(f"{n} image(s) removed", err=True)
+
+
+@main.command("list")
+@_index_option
+@click.option("--status", type=click.Choice(["ok", "failed", "excluded", "all"]), default="all", show_default=True,
+              help="Indexed images, unreadable files, files removed with 'remove', or all of them.")
+@json_option("One JSON object per line: id, path, status, size, features (and error).")
+def list_cmd(index_dir, status, as_json):
+    """The images of an index: id, status, size in bytes, number of local features, path (tab-separated)."""
+    from retrieval.app.index import Index
+
+    idx = Index.open(_index_dir(index_dir))
+    rows = []
+    if status in ("ok", "failed", "all"):
+        for r in idx.catalog.snapshot()[1]:
+            st = "ok" if r["status"] == "indexed" else "failed"
+            if status in (st, "all"):
+                rows.append({"id": r["id"], "path": r["path"], "status": st, "size": r["size"],
+                             "features": r["n_features"], **({"error": r["error"]} if r["error"] else {})})
+    if status in ("excluded", "all"):
+        rows += [{"id": None, "path": p, "status": "excluded", "size": None, "features": None} for p in idx.excluded]
+    for r in rows:
+        if as_json:
+            click.echo(json.dumps(r, ensure_ascii=False))
+        else:
+            click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in ("id", "status", "size", "features",
+                                                                           "path")))
 
 
 @main.command("presets")

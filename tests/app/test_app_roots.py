@@ -96,3 +96,24 @@ def test_removed_images_stay_removed_until_included_cli(tmp_path, pool):
     shutil.copy(pool[10], b)
     res = run(["-q", "index", str(b), "--index", ix])
     assert res.exit_code == 1 and "--add-root" in res.output and "Traceback" not in res.output
+
+
+def test_list_and_remove_say_which_images(tmp_path, pool):
+    a, _ = folders(tmp_path, pool)
+    (a / "broken.jpg").write_text("not an image")
+    ix = str(tmp_path / "i")
+    pf = tmp_path / "p.json"
+    pf.write_text(json.dumps(small_preset()))
+    assert run(["-q", "index", str(a), "--index", ix, "--preset", str(pf), "--feature-store",
+                str(FEATURE_CACHE)]).exit_code == 0
+    rows = [json.loads(ln) for ln in run(["list", "--index", ix, "--json"]).output.splitlines()]
+    assert sorted(r["status"] for r in rows) == ["failed"] + ["ok"] * 6
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(r["features"] > 0 and r["size"] > 0 and isinstance(r["id"], int) for r in ok)
+    victim = ok[0]
+    res = run(["remove", str(victim["id"]), "--index", ix])
+    assert res.exit_code == 0 and f"removed {victim['id']} {victim['path']}" in res.output
+    excluded = run(["list", "--index", ix, "--status", "excluded"]).output.splitlines()
+    assert excluded == [f"-\texcluded\t-\t-\t{victim['path']}"]
+    failed = run(["list", "--index", ix, "--status", "failed"]).output.splitlines()
+    assert len(failed) == 1 and failed[0].endswith("broken.jpg")
