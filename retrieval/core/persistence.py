@@ -102,6 +102,22 @@ def save_npy_atomic(path, array) -> None:
         np.save(fh, np.asarray(array), allow_pickle=False)
 
 
+def read_folder_header(folder, fmt: str, version: int, what: str) -> dict:
+    """The ``header.json`` of a saved folder, checked: FileNotFoundError when it is missing ("no {what} here"),
+    FormatError when it is not JSON or names another format or version."""
+    hpath = Path(folder) / "header.json"
+    if not hpath.exists():
+        raise FileNotFoundError(f"{folder}: no {what} here (header.json missing).")
+    try:
+        header = json.loads(hpath.read_text())
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"{hpath}: not valid JSON: {exc}") from None
+    if header.get("format") != fmt or header.get("format_version") != version:
+        raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
+                          f"expected {fmt!r} version {version}.")
+    return header
+
+
 def write_json_atomic(path, obj) -> None:
     """Write ``obj`` as indented JSON to ``path`` atomically."""
     with atomic_write(path, "w") as fh:

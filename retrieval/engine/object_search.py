@@ -20,7 +20,6 @@ Pipeline of :class:`ObjectSearcher`:
 
 from __future__ import annotations
 
-import json
 import logging
 import numbers
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy as np
 from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
-from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.core.persistence import read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.engine.object_scores import object_similarity, unverified_hits, word_matches
 from retrieval.features.frames import parse_box, select_in_box
@@ -434,13 +433,7 @@ class ObjectSearcher:
     def load(cls, folder, *, mmap: bool = True) -> ObjectSearcher:
         """Open a folder written by :meth:`save` (postings and forward arrays memory-mapped when ``mmap``)."""
         folder = Path(folder)
-        hpath = folder / "header.json"
-        if not hpath.exists():
-            raise FileNotFoundError(f"{folder}: no object searcher here (header.json missing).")
-        header = json.loads(hpath.read_text())
-        if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
-            raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
-                              f"expected {FORMAT!r} version {FORMAT_VERSION}.")
+        header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "object searcher")
         obj = cls(**header["params"])
         obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
         obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)

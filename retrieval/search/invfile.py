@@ -21,7 +21,6 @@ scores of ALL images equal the dense formulas of :mod:`retrieval.search.dissimil
 
 from __future__ import annotations
 
-import json
 import logging
 import numbers
 from pathlib import Path
@@ -31,7 +30,7 @@ import scipy.sparse as sp
 
 from retrieval._version import __version__
 from retrieval.core.checks import check_choice, check_scalar
-from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.search.postings import filter_postings, histogram_rows, image_norms, merge_postings
 from retrieval.search.postings_scoring import acc_delta2, acc_dot, acc_min, acc_min_normalized, topk_smallest
 
@@ -337,16 +336,7 @@ class InvertedFile:
     def load(cls, folder, *, mmap: bool = True) -> InvertedFile:
         """Open a folder written by :meth:`save`; the postings are memory-mapped read-only when ``mmap``."""
         folder = Path(folder)
-        hpath = folder / "header.json"
-        if not hpath.exists():
-            raise FileNotFoundError(f"{folder}: no inverted file here (header.json missing).")
-        try:
-            header = json.loads(hpath.read_text())
-        except json.JSONDecodeError as exc:
-            raise FormatError(f"{hpath}: not valid JSON: {exc}") from None
-        if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
-            raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
-                              f"expected {FORMAT!r} version {FORMAT_VERSION}.")
+        header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "inverted file")
         inv = cls(**header["params"])
         mode = "r" if mmap else None
         arrs = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False)

@@ -26,13 +26,12 @@ technique of asymmetric distance computation, Jegou et al. 2011).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
-from retrieval.core.persistence import FormatError, save_npy_atomic, write_json_atomic
+from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 
 __all__ = ["SMKFile", "aggregate_residuals", "binarize", "expand_query", "selective", "signature_vectors"]
 
@@ -325,13 +324,7 @@ class SMKFile:
     @classmethod
     def load(cls, folder, *, mmap: bool = True) -> SMKFile:
         folder = Path(folder)
-        hpath = folder / "header.json"
-        if not hpath.exists():
-            raise FileNotFoundError(f"{folder}: no signature file here (header.json missing).")
-        header = json.loads(hpath.read_text())
-        if header.get("format") != FORMAT or header.get("format_version") != FORMAT_VERSION:
-            raise FormatError(f"{hpath}: format {header.get('format')!r} version {header.get('format_version')!r}; "
-                              f"expected {FORMAT!r} version {FORMAT_VERSION}.")
+        header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "signature file")
         obj = cls(header["n_words"], header["dim"], idf=header["idf"])
         mode = "r" if mmap else None
         arr = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False)
