@@ -47,6 +47,18 @@ def build(tmp_path, pool, n_first=6, n=8, preset=None):
     return idx, photos
 
 
+def truncated_vectors(tmp_path, pool, query, keep):
+    """An index of two generations whose committed vectors.npy is cut to ``keep`` bytes; returns (photos folder,
+    query path, the ranked list the intact index gave)."""
+    idx, photos = build(tmp_path, pool)
+    q = photos / query.name
+    want = ranked(idx, q)
+    idx.close()
+    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec.write_bytes(vec.read_bytes()[:keep])
+    return photos, q, want
+
+
 def ranked(idx, q):
     return [(h.path, round(h.score, 6)) for h in idx.search(str(q), k=8, rerank="none")]
 
@@ -147,12 +159,7 @@ def test_kill_9_inside_repair_leaves_a_usable_index(tmp_path, pool, point):
     import subprocess
     import sys
 
-    idx, photos = build(tmp_path, pool)
-    q = photos / pool[3].name
-    want = ranked(idx, q)
-    idx.close()
-    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
-    vec.write_bytes(vec.read_bytes()[:100])
+    photos, q, want = truncated_vectors(tmp_path, pool, pool[3], 100)
     env = dict(os.environ, RETRIEVAL_CRASH_AT=point)
     res = subprocess.run([sys.executable, "-m", "retrieval.cli", "check", "--repair", "--index", str(tmp_path / "i")],
                          env=env, capture_output=True, text=True, timeout=300)
@@ -166,12 +173,7 @@ def test_kill_9_inside_repair_leaves_a_usable_index(tmp_path, pool, point):
 def test_writers_refuse_a_damaged_generation_instead_of_building_on_an_older_one(tmp_path, pool):
     """A sync or a remove on a damaged committed generation would start from the older fallback state and drop
     what the catalog says is indexed: both refuse in one line until check --repair; nothing is lost."""
-    idx, photos = build(tmp_path, pool)
-    q = photos / pool[1].name
-    want = ranked(idx, q)
-    idx.close()
-    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
-    vec.write_bytes(vec.read_bytes()[:64])
+    photos, q, want = truncated_vectors(tmp_path, pool, pool[1], 64)
     shutil.copy(pool[9], photos)
     res = run(["-q", "index", str(photos), "--index", str(tmp_path / "i")])
     assert res.exit_code == 1 and "vectors.npy" in res.output and "cannot be changed before it is repaired" in res.output
