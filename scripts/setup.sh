@@ -44,8 +44,18 @@ PIP="$PY -m pip --disable-pip-version-check"
 
 stamp="$VENV/.retrieval-installed"
 want="$(sha256sum pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-$($PY -c 'import sys; print(sys.version.split()[0])')"
+generic_models() {
+  # the generic models of the presets (retrieval/data/models), learnt once from the Holidays photos of ../shared
+  if [ -d ../shared/data/real/holidays805/jpg ]; then
+    say "generic models (scripts/train_generic_models.py --if-missing: only what is missing or outdated)"
+    "$PY" scripts/train_generic_models.py --data ../shared/data --if-missing | sed 's/^/[setup]   /' >&2
+  else
+    say "generic models skipped: ../shared/data/real/holidays805 not found (indexes then learn from their folder)"
+  fi
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $PY -c 'import retrieval, cyvlfeat, pyhesaff' 2>/dev/null; then
   say "environment up to date ($VENV)"
+  generic_models
   exit 0
 fi
 
@@ -65,4 +75,5 @@ fi
 say "pip install -e .[dev,bench]"
 $PIP install -q -e ".[dev,bench]"
 echo "$want" > "$stamp"
+generic_models
 say "done: $($PY -c 'import retrieval; print("retrieval", retrieval.__version__)')"

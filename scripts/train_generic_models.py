@@ -1,4 +1,7 @@
-"""Train the generic models shipped in ``retrieval/data/models`` (see :mod:`retrieval.app.generic_models`).
+"""Train the generic models of ``retrieval/data/models`` (see :mod:`retrieval.app.generic_models`).
+
+``make setup`` runs it with ``--if-missing`` (nothing is redone while the models match the presets); the models are
+not kept in the repository, and a wheel built after it includes them.
 
 For each bundled preset: an index is created with the training images as its explicit training set, one of them is
 indexed (which trains the model), and the index's ``model/`` folder is copied to ``retrieval/data/models/<preset>``
@@ -10,6 +13,7 @@ the evaluation commands never use the shipped models (``eval run`` trains on the
 
 Usage:
     .venv/bin/python scripts/train_generic_models.py [--data ../shared/data] [--features DIR] [--presets a,b]
+        [--if-missing]
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from retrieval._version import __version__
-from retrieval.app.generic_models import model_key, models_folder
+from retrieval.app.generic_models import model_key, models_folder, provenance
 from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset
 from retrieval.features.image import IMAGE_EXTENSIONS
@@ -37,12 +41,19 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data")
     ap.add_argument("--features", default=None, help="feature store to reuse (default: a temporary one)")
     ap.add_argument("--presets", default="default,compact,accurate,object")
+    ap.add_argument("--if-missing", action="store_true", help="only the presets without a matching model")
     args = ap.parse_args()
+    names = [n for n in args.presets.split(",") if not (args.if_missing and provenance(load_preset(n)) is not None)]
+    if not names:
+        print("generic models up to date")
+        return
     folder = Path(args.data) / "real" / "holidays805" / "jpg"
+    if not folder.is_dir():
+        raise SystemExit(f"{folder}: not found; the generic models are learnt from these photos.")
     images = sorted(str(p.resolve()) for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
     if not images:
         raise SystemExit(f"{folder}: no training images.")
-    for name in args.presets.split(","):
+    for name in names:
         preset = load_preset(name)
         with tempfile.TemporaryDirectory() as tmp:
             idx = Index.create(Path(tmp) / "index", preset, train_images=images, train_on="collection",

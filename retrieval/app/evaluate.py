@@ -176,7 +176,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     # 2. index (trained on train_list, or on the database)
     key = hashlib.sha256(("\n".join(train_list or []) + "|" + dataset.name + "|" + str(dataset.root)).encode())
     index_dir = work_dir / f"index-{preset['name']}-{preset_digest(preset)}-{key.hexdigest()[:10]}"
-    # the protocols are explicit: trained on train_list, or on the database (never the shipped generic model)
+    # the protocols are explicit: trained on train_list, or on the database (never the generic model)
     idx = Index.create(index_dir, preset, train_images=train_list, feature_store=cache_dir, exist_ok=True,
                        train_on="collection")
     try:

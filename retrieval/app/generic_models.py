@@ -1,12 +1,13 @@
-"""Generic trained models shipped with the package, for collections too small to learn their own.
+"""Generic trained models in the package, for collections too small to learn their own.
 
 A vocabulary of 16k words, a Fisher-vector GMM with its local PCA or a PCA of the Fisher vectors cannot be learnt
 well from a few dozen photos (the ``default`` preset drops its PCA below 512 training images). For each bundled
-preset the package ships the model (the same files an index writes to ``model/``) learnt once on independent photos,
+preset the package holds the model (the same files an index writes to ``model/``) learnt once on independent photos,
 with ``provenance.json``: the training images, their number, the library version, the date and the model key
-(:func:`model_key`). ``scripts/train_generic_models.py`` rebuilds them.
+(:func:`model_key`). ``make setup`` learns them (``scripts/train_generic_models.py``, from the Holidays photos of
+``../shared/data``); they are not kept in the repository, and a wheel built after set-up includes them.
 
-An index uses the shipped model when its training policy (``Index.create(train_on=...)``, ``retrieval index
+An index uses the generic model when its training policy (``Index.create(train_on=...)``, ``retrieval index
 --train-on``) is ``generic``, or ``auto`` (the default) and its first sync holds fewer than ``use_below`` readable
 images (100, recorded in the provenance file: on the 47 demo photos both models rank equally, on the 112 minibench
 images the folder's own ranks better for every preset, docs/results.md); with ``collection``, or explicit training
@@ -22,7 +23,7 @@ from pathlib import Path
 __all__ = ["MODEL_SECTIONS", "TRAIN_ON", "generic_model", "model_key", "models_folder", "provenance"]
 
 MODEL_SECTIONS = ("features", "local_pca", "aggregation", "projection", "index", "object_search", "training")
-"""Preset sections that shape a trained model: a preset whose sections differ from those the shipped model was
+"""Preset sections that shape a trained model: a preset whose sections differ from those the generic model was
 learnt with (a user's ``--set`` of an index-time key, for instance) never gets it."""
 
 TRAIN_ON = ("auto", "collection", "generic")
@@ -42,7 +43,7 @@ def model_key(preset: dict) -> str:
 
 
 def provenance(preset: dict) -> dict | None:
-    """The shipped model's ``provenance.json`` for ``preset``, or None when none matches its :func:`model_key`."""
+    """The generic model's ``provenance.json`` for ``preset``, or None when none matches its :func:`model_key`."""
     path = models_folder() / preset["name"] / "provenance.json"
     if not path.is_file():
         return None
@@ -51,5 +52,5 @@ def provenance(preset: dict) -> dict | None:
 
 
 def generic_model(preset: dict) -> Path | None:
-    """The shipped model folder for ``preset`` (its ``model.json`` and estimator files), or None."""
+    """The generic model folder for ``preset`` (its ``model.json`` and estimator files), or None."""
     return models_folder() / preset["name"] if provenance(preset) is not None else None

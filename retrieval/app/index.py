@@ -97,7 +97,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
             indexes may share one
         exist_ok : bool — open an existing index built with the same preset instead of failing
         train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
-            (:mod:`retrieval.app.generic_models`; auto: the shipped model below 100 images)
+            (:mod:`retrieval.app.generic_models`; auto: the generic model below 100 images)
         """
         path = Path(path)
         preset = load_preset(preset)

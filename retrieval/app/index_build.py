@@ -50,7 +50,7 @@ class IndexBuildMixin:
         close()
 
     def _use_generic_model(self, rows, to_add, failed, gen) -> bool:
-        """Import the shipped generic model (:mod:`retrieval.app.generic_models`) when the index's training policy
+        """Import the generic model (:mod:`retrieval.app.generic_models`) when the index's training policy
         asks for it; True when it did (the caller then loads it instead of training)."""
         policy = self.catalog.get_meta("train_on") or "collection"   # indexes made before the policy existed
         if policy == "collection" or self.catalog.get_meta("train_images"):
@@ -58,8 +58,9 @@ class IndexBuildMixin:
         info = provenance(self.preset)
         if info is None:
             if policy == "generic":
-                raise ValueError(f"no generic model ships for preset {self.preset['name']!r} as configured (its "
-                                 f"model-shaping keys differ from the shipped model's); use --train-on collection.")
+                raise ValueError(f"no generic model for preset {self.preset['name']!r} as configured (none was built, "
+                                 f"or its model-shaping keys differ from the built model's); use --train-on "
+                                 f"collection.")
             return False
         n = sum(r["status"] == "indexed" for r in rows) + sum(p not in failed for p in to_add)
         if policy == "auto" and n >= int(info["use_below"]):

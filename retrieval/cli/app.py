@@ -45,7 +45,7 @@ def _quiet(ctx, quiet: bool) -> bool:
 @click.option("--model", "model_dir", default=None, metavar="DIR",
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
 @click.option("--train-on", type=click.Choice(["auto", "collection", "generic"]), default="auto", show_default=True,
-              help="A new index's model: the package's generic model (trained on independent photos), the "
+              help="A new index's model: the generic model (built by make setup from independent photos), the "
                    "collection itself, or auto: generic below 100 images.")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
@@ -196,7 +196,7 @@ def info_cmd(index_dir, as_json):
     click.echo(f"index      {info['index']}")
     click.echo(f"preset     {p['name']} (version {p['version']}, {p['kind']})")
     m = info["model"] or {}
-    origin = "the shipped generic model, " if m.get("generic") else ""
+    origin = "the generic model, " if m.get("generic") else ""
     click.echo(f"model      {m.get('id', '-')} ({origin}trained on {m.get('trained_on', '-')} images)")
     click.echo(f"images     {info['indexed']} indexed, {info['errors']} unreadable; generation {info['generation']}")
     click.echo(f"disk       {info['bytes_on_disk'] / 1e6:.1f} MB")
