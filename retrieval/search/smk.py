@@ -180,6 +180,7 @@ class SMKFile:
         self.dim = int(dim)
         self.idf = bool(idf)
         self._ids = np.zeros(0, np.int64)
+        self._known = set()   # ids indexed or pending: the duplicate check of add() without a pass over all ids
         self.indptr_ = np.zeros(self.n_words + 1, np.int64)
         self.rows_ = np.zeros(0, np.int32)
         self.sigs_ = np.zeros((0, self.dim // 8), np.uint8)
@@ -212,8 +213,8 @@ class SMKFile:
         ids = np.asarray(ids, np.int64).ravel()
         if len(items) != len(ids):
             raise ValueError(f"ids has {len(ids)} entries but items holds {len(items)}.")
-        known = set(self._ids.tolist()).union(*(set(p[0].tolist()) for p in self._pending))
-        if len(set(ids.tolist())) != len(ids) or known.intersection(ids.tolist()):
+        new = set(ids.tolist())
+        if len(new) != len(ids) or not self._known.isdisjoint(new):
             raise ValueError("ids must be new and distinct.")
         for w, s in items:
             w = np.asarray(w)
@@ -224,6 +225,7 @@ class SMKFile:
             if len(w) and (w.min() < 0 or w.max() >= self.n_words or np.any(np.diff(w) <= 0)):
                 raise ValueError(f"words must be sorted, distinct and in [0, {self.n_words}).")
         self._pending.append((ids, [np.asarray(w, np.int64) for w, _ in items], [np.asarray(s) for _, s in items]))
+        self._known |= new
         return self
 
     def _commit(self) -> None:
@@ -251,6 +253,7 @@ class SMKFile:
         self.rows_ = rows[order].astype(np.int32)
         self.sigs_ = np.ascontiguousarray(sigs[order])
         self._ids = np.asarray(ids, np.int64)
+        self._known = set(self._ids.tolist())
         self._refresh()
 
     def _refresh(self):
@@ -333,6 +336,7 @@ class SMKFile:
             if shape is not None and arr[name].shape != shape:
                 raise FormatError(f"{folder / (name + '.npy')}: shape {arr[name].shape}, expected {shape}.")
         obj._ids = np.asarray(arr["ids"], np.int64)
+        obj._known = set(obj._ids.tolist())
         obj.indptr_ = np.asarray(arr["indptr"], np.int64)
         obj.rows_, obj.sigs_ = arr["rows"], arr["sigs"]
         if obj.sigs_.shape != (len(obj.rows_), obj.dim // 8) or int(obj.indptr_[-1]) != len(obj.rows_):
