@@ -148,7 +148,7 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
 @click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
-@json_option("Print a JSON list of {rank, path, score, inliers?, box?, similarity, verified, distance?}.")
+@json_option("Print a JSON list of {id, rank, path, score, inliers?, box?, similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
 @click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
               "expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")

@@ -65,10 +65,10 @@ class Hit:
     distance: float | None = None
 
     def to_json(self) -> dict:
-        """The ``retrieval query --json`` object (docs/formats.md): ``rank``, ``path``, ``score``, ``similarity``
+        """The ``retrieval query --json`` object (docs/formats.md): ``id``, ``rank``, ``path``, ``score``, ``similarity``
         (6 decimals), ``verified``, and ``inliers`` / ``box`` (1 decimal) / ``distance`` (6 decimals) only when
         they are set."""
-        out = {"rank": self.rank, "path": self.path, "score": round(float(self.score), 6)}
+        out = {"id": int(self.id), "rank": self.rank, "path": self.path, "score": round(float(self.score), 6)}
         if self.inliers is not None:
             out["inliers"] = int(self.inliers)
         if self.box is not None:

@@ -158,18 +158,18 @@ def test_make_backend_picks_one_class_per_kind_and_index_type():
 
 
 def test_hit_json_keys_and_rounding():
-    """The ``retrieval query --json`` object (docs/formats.md): rank, path, score rounded to 6 decimals, inliers /
-    box (1 decimal) only when set, then similarity and verified always, distance only when set; the catalog id is
-    not part of it."""
+    """The ``retrieval query --json`` object (docs/formats.md): the catalog id, rank, path, score rounded to 6
+    decimals, inliers / box (1 decimal) only when set, then similarity and verified always, distance only when
+    set."""
     bare = Hit(7, 0.123456789, rank=1, path="/p/a.jpg", similarity=0.123456789)
-    assert bare.to_json() == {"rank": 1, "path": "/p/a.jpg", "score": 0.123457, "similarity": 0.123457,
+    assert bare.to_json() == {"id": 7, "rank": 1, "path": "/p/a.jpg", "score": 0.123457, "similarity": 0.123457,
                               "verified": False}
     full = Hit(7, 1.5, inliers=np.int64(12), box=(1.04, 2.06, 30.0, 40.44), rank=3, path="/p/b.png",
                similarity=0.25, verified=True, distance=-3285.2000004)
     js = full.to_json()
-    assert js == {"rank": 3, "path": "/p/b.png", "score": 1.5, "inliers": 12, "box": [1.0, 2.1, 30.0, 40.4],
+    assert js == {"id": 7, "rank": 3, "path": "/p/b.png", "score": 1.5, "inliers": 12, "box": [1.0, 2.1, 30.0, 40.4],
                   "similarity": 0.25, "verified": True, "distance": -3285.2}
-    assert list(js) == ["rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"]
+    assert list(js) == ["id", "rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"]
     assert type(js["inliers"]) is int and js["verified"] is True
 
 
