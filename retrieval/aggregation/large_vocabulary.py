@@ -25,7 +25,6 @@ import math
 import numbers
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from retrieval.aggregation._akm_kernels import ivf_knn as _ivf_knn
 from retrieval.aggregation._common import check_counts
@@ -34,6 +33,7 @@ from retrieval.core.kmeans import kmeans, update_centers
 from retrieval.core.nearest import nearest_centers, sq_norms
 from retrieval.core.pca import fit_pca
 from retrieval.core.persistence import PersistableMixin
+from retrieval.core.threads import single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class _Structure:
         nprobe = min(nprobe, self.coarse.shape[0])
         # one BLAS thread throughout: the kernels call sgemm from their own numba threads, and idle OpenBLAS
         # threads left spinning by a multi-threaded projection would compete with them
-        with _single_threaded_blas():
+        with single_threaded_blas():
             for a in range(0, n, batch_size):
                 xb = np.ascontiguousarray(X[a:a + batch_size])
                 xr = np.ascontiguousarray((xb - self.mean) @ self.components)
@@ -92,16 +92,6 @@ class _Structure:
                          self.words_nrm, self.words, nprobe, max(n_cand, m), m, out_w[a:a + batch_size],
                          out_d[a:a + batch_size])
         return out_w, out_d
-
-
-_BLAS_CONTROLLER = []
-
-
-def _single_threaded_blas():
-    """Context limiting BLAS to one thread (threadpoolctl; the controller is created once, ~10 us per use)."""
-    if not _BLAS_CONTROLLER:
-        _BLAS_CONTROLLER.append(ThreadpoolController())
-    return _BLAS_CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 def _build_structure(words, n_coarse, n_components, rng, coarse_iter=8, max_train=None):

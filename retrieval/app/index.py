@@ -52,6 +52,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
 from retrieval.app.integrity import CATALOG_BACKUP, write_manifest
 from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
+from retrieval.core.threads import single_threaded_blas
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import check_available, load_preset, preset_config, preset_digest, preset_names
 from retrieval.features import FeatureExtractor
@@ -423,6 +424,10 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         then by ``similarity``; ``score`` never increases with ``rank`` (docs/formats.md, "Scores").
         """
         check_scalar(k, "k", "Index.search", low=1)
+        with single_threaded_blas():   # small products: threads spinning on a busy machine cost 10-100x
+            return self._search(image, bbox, k, method, rerank, query_expansion, options)
+
+    def _search(self, image, bbox, k, method, rerank, query_expansion, options) -> list[Hit]:
         for attempt in range(5):
             gen, rows = self.catalog.snapshot()
             try:

@@ -288,8 +288,9 @@ class ObjectSearcher:
         q_words, q_weights = self._assign(q_desc)
         qw, qtf = self._histogram(q_words, q_weights)
         q = (q_frames, q_desc, q_words[:, 0])
+        checked = {}   # id -> verification outcome, re-used by the expanded query's round
         hits, verified = self._search_hist(qw, qtf, q, box, k, method, float(alpha), rerank,
-                                           get_features, excl)
+                                           get_features, excl, checked)
         if n_qe and verified:
             hw, htf = [qw], [qtf]
             for hit in verified:
@@ -309,10 +310,10 @@ class ObjectSearcher:
             allt = np.concatenate(htf) / len(hw)
             qw2, qtf2 = self._histogram(allw, allt)
             hits, _ = self._search_hist(qw2, qtf2, q, box, k, method, float(alpha), rerank,
-                                        get_features, excl)
+                                        get_features, excl, checked)
         return hits
 
-    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl):
+    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked=None):
         inv = self.invfile_
         inv._commit()
         scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
@@ -332,7 +333,7 @@ class ObjectSearcher:
         sims = object_similarity(sc, method, qv, weight)
         if rerank == "exact":
             return unverified_hits(ids[:k], sc[:k], sims[:k]), []
-        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features)
+        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features, checked)
 
     def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe):
         """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
@@ -346,7 +347,8 @@ class ObjectSearcher:
                  else np.zeros((0, self.query_words), np.int64))
         sw, sV = smk.aggregate_residuals(q_desc, words, centers)
         q = (q_frames, q_desc, words[:, 0])
-        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl)
+        checked = {}   # id -> verification outcome: the expanded query's round re-uses the first round's
+        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl, checked)
         if not (n_qe and verified):
             return hits
         hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
@@ -365,9 +367,9 @@ class ObjectSearcher:
         if len(parts) == 1:
             return hits
         ew, eV = smk.expand_query(parts)
-        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl)[0]
+        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl, checked)[0]
 
-    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl):
+    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked=None):
         f = self.smk_
         sims = f.similarities(sw, sV, alpha=alpha, threshold=self.threshold, asymmetric=self.asymmetric)
         ids = f.ids_
@@ -380,17 +382,24 @@ class ObjectSearcher:
         hits = unverified_hits(ids[top], d[top], sims[top])
         if rerank != "spatial":
             return hits[:k], []
-        return self._verified(hits, q, box, k, get_features)
+        return self._verified(hits, q, box, k, get_features, checked)
 
-    def _verified(self, hits, q, box, k, get_features):
-        """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`)."""
+    def _verified(self, hits, q, box, k, get_features, checked=None):
+        """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`).
+
+        ``checked`` (id -> (inliers, box) or None, filled in place) holds the outcomes of an earlier round of the
+        same query: the query side is the same, so an image verified (or rejected) once is not matched again."""
         # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first
         # VERIFY_SHORTLIST images after exact re-ranking are verified, as the global presets' search.shortlist
+        checked = {} if checked is None else checked
         for hit in hits[:VERIFY_SHORTLIST] if get_features is not None else hits:
-            v = self._verify(q, hit.id, get_features)
-            if v is not None and v.verified:
-                hit.verified, hit.inliers = True, int(v.inliers)
-                hit.box = project_box(box, v.transform, self._fwd[hit.id][3])
+            if hit.id not in checked:
+                v = self._verify(q, hit.id, get_features)
+                checked[hit.id] = ((int(v.inliers), project_box(box, v.transform, self._fwd[hit.id][3]))
+                                   if v is not None and v.verified else None)
+            if checked[hit.id] is not None:
+                hit.verified = True
+                hit.inliers, hit.box = checked[hit.id]
         hits = finish_ranking(hits, reranked=True)
         verified = [h for h in hits if h.verified and h.box is not None]
         return hits[:k], verified
