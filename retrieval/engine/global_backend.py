@@ -58,10 +58,16 @@ def sample_descriptors(descriptor_arrays: Sequence[np.ndarray], max_total: int, 
     return np.concatenate(out, axis=0)
 
 
+VECTOR_DTYPE = np.float16
+"""Storage type of the global vectors (``vectors.npy``); products are computed in float32."""
+
+
 class GlobalBackend(Backend):
     """One global vector per image: RootSIFT -> LocalPCA -> Fisher/VLAD -> (PCA) -> L2; exhaustive or IVFADC.
 
-    State arrays (generation folder): ``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') float32 (unit rows),
+    State arrays (generation folder): ``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') float16 (unit rows; the
+    relative error of an inner product stays below 1e-3, half the bytes of float32; generations written before
+    0.2 hold float32 and are read as they are),
     and ``ivfadc/`` (:class:`retrieval.search.IVFADC`) once the collection reached ``index.min_images`` with
     ``index.type == "ivfadc"``.
     """
@@ -252,7 +258,7 @@ class GlobalBackend(Backend):
         if len(ids) == 0:
             return
         V = np.concatenate([V for _, V in self._encoded_chunks(features, progress)], axis=0)
-        self._vectors = append_rows(self._vectors, V)
+        self._vectors = append_rows(self._vectors, V.astype(VECTOR_DTYPE))
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
 
@@ -266,9 +272,11 @@ class GlobalBackend(Backend):
 
     def save_state(self, folder: Path) -> None:
         folder = Path(folder)
-        vectors = np.zeros((0, self.dim), np.float32) if self._vectors is None else np.asarray(self._vectors)
+        vectors = (np.zeros((0, self.dim), VECTOR_DTYPE) if self._vectors is None
+                   else np.asarray(self._vectors, dtype=VECTOR_DTYPE))
         write_npy(folder / "ids.npy", self._ids)
         write_npy(folder / "vectors.npy", vectors)
+        vectors = vectors.astype(np.float32)
         ix = self.config.index
         with_ivfadc = ix.type == "ivfadc" and len(self._ids) >= ix.min_images
         if with_ivfadc:
@@ -322,7 +330,7 @@ class GlobalBackend(Backend):
             rows = np.flatnonzero(np.isin(self._ids, cand))
         else:
             rows = np.arange(n)
-        scores = np.asarray(self._vectors[rows] @ q, dtype=np.float64)
+        scores = np.asarray(np.asarray(self._vectors[rows], dtype=np.float32) @ q, dtype=np.float64)
         kk = min(k, len(rows))
         top = np.argpartition(-scores, kk - 1)[:kk]
         top = top[np.lexsort((self._ids[rows[top]], -scores[top]))]
