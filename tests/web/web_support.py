@@ -107,3 +107,54 @@ def served_copy(web_base, tmp_path_factory, **kw):
     index = tmp_path_factory.mktemp("served") / "index"
     shutil.copytree(base, index)
     return ServerThread(index, **kw), index
+
+
+# ---------------------------------------------------------------------------------------------- the browser
+def find_chrome() -> tuple[str | None, str | None, str]:
+    """(browser, chromedriver, reason when one is missing): Debian's chromium and chromium-driver (``make setup``
+    installs both); Selenium Manager is never used (it would download)."""
+    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+                    if shutil.which(n)), None)
+    driver = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists()
+                                              else None)
+    reason = ("" if browser and driver else
+              "no Chromium/Chrome browser on PATH" if not browser else
+              "no chromedriver (install Debian's 'chromium-driver'; make setup does)")
+    return browser, driver, reason
+
+
+def chrome_driver(profile_dir, width: int = 1280, height: int = 1000):
+    """A headless Chromium driven by Selenium through the system chromedriver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as ChromeService
+
+    browser, driver, reason = find_chrome()
+    if reason:
+        raise RuntimeError(reason)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--disable-extensions", "--disable-background-networking", f"--window-size={width},{height}",
+                f"--user-data-dir={profile_dir}", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=ChromeService(executable_path=driver), options=opts)
+
+
+def drag_box(driver, img, box, size) -> None:
+    """Draw ``box`` (original pixels of an image of ``size``) on the displayed ``img`` with real mouse events: press
+    at one corner, move in steps, release at the other."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    w, h = img.size["width"], img.size["height"]
+    s = w / size[0]
+    x1, y1, x2, y2 = (v * s for v in box)
+    chain = ActionChains(driver).move_to_element_with_offset(img, round(x1 - w / 2), round(y1 - h / 2))
+    chain.click_and_hold()
+    steps = 6
+    dx, dy = (x2 - x1) / steps, (y2 - y1) / steps
+    done_x = done_y = 0
+    for i in range(1, steps + 1):
+        tx, ty = round(dx * i), round(dy * i)
+        chain.move_by_offset(tx - done_x, ty - done_y)
+        done_x, done_y = tx, ty
+    chain.release().perform()
