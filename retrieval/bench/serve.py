@@ -6,8 +6,8 @@ threads send whole-image searches by indexed id over keep-alive HTTP connections
 ``retrieval index EXTRA --add-root`` adds the next images and publishes a new generation.
 
 Every answer is checked against the catalog: its generation must be one that was published (the one before or the
-one after the sync), and every hit must be an image of THAT generation with its catalog path (no stale and no
-half-published result). Latency = request sent to answer read, at the client.
+one after the sync), every hit must be an image of THAT generation with its catalog path (no half-published
+result), and a search sent after the sync finished must answer from the new generation (no stale result). Latency = request sent to answer read, at the client.
 """
 
 from __future__ import annotations
@@ -186,8 +186,8 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
     idx.close()
     paths[gen1] = {r["id"]: r["path"] for r in rows1 if r["status"] == "indexed"}
 
-    errors, inconsistent, first_problem, seen = 0, 0, None, {}
-    for _, _, status, body in results:
+    errors, inconsistent, stale, first_problem, seen = 0, 0, 0, None, {}
+    for sent, _, status, body in results:
         if status != 200:
             errors += 1
             first_problem = first_problem or f"HTTP {status}: {body.get('error')}"
@@ -199,6 +199,9 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
         if bad:
             inconsistent += 1
             first_problem = first_problem or f"generation {g}: hits {[h['id'] for h in body['hits']][:5]}"
+        if n_add and sent > sync["end"] and g != gen1:   # sent after the new generation was published
+            stale += 1
+            first_problem = first_problem or f"stale: generation {g} answered after {gen1} was published"
     lat = np.array([r[1] for r in results if r[2] == 200]) * 1000.0
     service = np.array([r[3]["seconds"] for r in results if r[2] == 200]) * 1000.0
     during = np.array([r[1] for r in results if r[2] == 200 and n_add
@@ -210,7 +213,7 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
 
     return {"benchmark": "serve", "preset": preset, "images": n_images, "added": len(paths[gen1]) - len(paths[gen0]),
             "searches": searches, "clients": clients, "k": k, "cpu_count": os.cpu_count(),
-            "server_threads": threads or os.cpu_count(), "errors": errors, "inconsistent": inconsistent,
+            "server_threads": threads or os.cpu_count(), "errors": errors, "inconsistent": inconsistent, "stale": stale,
             "first_problem": first_problem, "generations_seen": {str(g): n for g, n in sorted(seen.items())},
             "generations_published": [gen0, gen1], "rerank": rerank or "preset",
             "latency_ms": pct(lat), "latency_during_sync_ms": pct(during), "search_ms_in_server": pct(service),

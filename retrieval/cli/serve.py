@@ -119,18 +119,22 @@ def bench_serve_cmd(data_dir, n_images, n_add, searches, clients, threads, prese
                       progress=not as_json)
     if as_json:
         echo_json(res)
-        return
+    else:
+        _print_bench(res)
+    if res["errors"] or res["inconsistent"] or res["stale"]:
+        raise click.ClickException(f"{res['errors']} errors, {res['inconsistent']} inconsistent and {res['stale']} "
+                                   f"stale results; first: {res['first_problem']}")
+
+
+def _print_bench(res: dict) -> None:
     lat = res["latency_ms"]
     click.echo(f"{res['searches']} searches from {res['clients']} clients on {res['images']} images "
                f"(preset {res['preset']}, {res['server_threads']} server threads) while a sync added "
                f"{res['added']} images in {res['sync_seconds']:.1f} s:")
-    click.echo(f"  errors {res['errors']}, inconsistent results {res['inconsistent']}, generations seen "
-               f"{res['generations_seen']}")
+    click.echo(f"  errors {res['errors']}, inconsistent results {res['inconsistent']}, stale results {res['stale']}, "
+               f"generations seen {res['generations_seen']}")
     srv = res["search_ms_in_server"]
     click.echo(f"  latency at the clients p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms (during the sync: p50 "
                f"{res['latency_during_sync_ms']['p50']:.1f} ms); {res['searches_per_s']:.1f} searches/s")
     click.echo(f"  search time in the server (queueing excluded) p50 {srv['p50']:.1f} ms, p95 {srv['p95']:.1f} ms "
                f"(re-ranking: {res['rerank']})")
-    if res["errors"] or res["inconsistent"]:
-        raise click.ClickException(f"{res['errors']} errors, {res['inconsistent']} inconsistent results; "
-                                   f"first: {res['first_problem']}")
