@@ -1,6 +1,7 @@
 """The served index: what the routes of :mod:`retrieval.web.api` and :mod:`retrieval.web.pages` call.
 
-- Searches run in a thread pool sized to the cores. Each pool thread has its own :class:`ServedIndex` (its own
+- Searches run in a thread pool sized to the cores, one BLAS thread each (the parallelism is across searches; the
+  heavy work, NumPy / OpenCV, releases the GIL). Each pool thread has its own :class:`ServedIndex` (its own
   SQLite connection: a search reads ``(generation, rows)`` in one read transaction, :meth:`Catalog.snapshot`), and
   every thread shares ONE loaded backend per generation (:class:`SharedBackends`): the model and the search arrays
   are loaded once, again only when a new generation is published (by this server or by ``retrieval index`` in
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from retrieval.app.index import Index
 from retrieval.engine.presets import preset_config
@@ -105,6 +107,9 @@ class Service:
         self.workers = int(workers or os.cpu_count() or 1)
         self.uploads = self.path / UPLOADS
         self.thumbs = ThumbnailCache(self.path / "thumbs")
+        # the pool runs searches side by side: each uses ONE BLAS thread (several threads per search on top of the
+        # pool oversubscribe the cores; measured 5x slower on 2 cores, docs/benchmarks.md)
+        self._blas = threadpool_limits(limits=1)
         self.shared = SharedBackends()
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="retrieval-search")
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="retrieval-write")
@@ -133,6 +138,7 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.writer.shutdown(wait=True, cancel_futures=True)
+        self._blas.restore_original_limits()
 
     # ------------------------------------------------------------------ reads
     def _row(self, image_id: int, *, indexed: bool = True) -> dict:
