@@ -11,10 +11,14 @@ say() { echo "[setup] $*" >&2; }
 need_apt=()
 dpkg -s libvlfeat-dev >/dev/null 2>&1 || need_apt+=(libvlfeat-dev)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
-# a real browser for the browser tests (the HTML gallery is checked in headless Chromium)
+# a real browser for the browser tests (the HTML gallery is checked in headless Chromium; the web page of
+# 'retrieval serve' is driven through Selenium and chromedriver)
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
    && ! command -v google-chrome >/dev/null 2>&1; then
   need_apt+=(chromium)
+fi
+if ! command -v chromedriver >/dev/null 2>&1; then
+  need_apt+=(chromium-driver)
 fi
 if ! "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)'; then
   need_apt+=(python3-dev)
@@ -32,7 +36,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 else
-  say "Debian packages present (libvlfeat-dev, C compiler, Python headers, Chromium)"
+  say "Debian packages present (libvlfeat-dev, C compiler, Python headers, Chromium, chromedriver)"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

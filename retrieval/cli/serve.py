@@ -1,0 +1,140 @@
+"""CLI commands of the web front end: serve, bench serve."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+import click
+
+from retrieval.cli.app import _index_dir, _index_option
+from retrieval.cli.groups import bench, main
+from retrieval.cli.options import echo_json, json_option, workers_option
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (port 0: a free port)."""
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}.") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+@main.command("serve")
+@_index_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port (0: any free port, printed on stderr).")
+@click.option("--token", envvar="RETRIEVAL_TOKEN", default=None, metavar="TOKEN",
+              help="Every request must carry this token (Authorization: Bearer TOKEN, or ?token=TOKEN for a browser, "
+                   "which then keeps it in a cookie) [default: $RETRIEVAL_TOKEN]; required off loopback.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Search threads [default: the number of cores].")
+@click.option("--max-upload-mb", type=click.FloatRange(0, None, min_open=True), default=20.0, show_default=True,
+              help="Larger uploads are refused (413).")
+@click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
+              help="Uploaded images with more pixels are refused (413) [default: the preset's "
+                   "features.max_megapixels, 150].")
+def serve_cmd(index_dir, host, port, token, threads, max_upload_mb, max_megapixels):
+    """Serve the index: a web page (browse the photos, draw a box, see the verified results and their matches)
+    and a JSON API (OpenAPI page at /docs).
+
+    Binds to loopback by default. With --token (or $RETRIEVAL_TOKEN) every request must carry the token; binding to
+    any other address without one is refused. Searches read the last published generation; an index updated by
+    'retrieval index' meanwhile is picked up without a restart.
+    """
+    if token is not None and not token.strip():
+        raise click.ClickException("--token is empty: give a non-empty token (or unset RETRIEVAL_TOKEN).")
+    if not is_loopback(host) and not token:
+        raise click.ClickException(f"--host {host} is not a loopback address: give --token TOKEN (or set "
+                                   f"RETRIEVAL_TOKEN); every request must then carry it.")
+    index_dir = _index_dir(index_dir)
+    import uvicorn
+
+    from retrieval.web.app import create_app
+    from retrieval.web.service import Service
+
+    svc = Service(index_dir, workers=threads, max_upload_bytes=int(max_upload_mb * 1e6),
+                  max_megapixels=max_megapixels)
+    app = create_app(svc, token=token)
+    sock = bind(host, port)
+    actual = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    click.echo(f"serving {svc.path} on http://{shown}:{actual}/ ({svc.workers} search threads"
+               f"{', token required' if token else ''}; API docs at /docs); Ctrl-C stops", err=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30))
+    server.run(sockets=[sock])
+
+
+@bench.command("serve")
+@click.option("--data", "data_dir", default="../shared/data", show_default=True,
+              help="Shared data folder (real/holidays805/jpg and real/ukbench400).")
+@click.option("--images", "n_images", type=click.IntRange(1), default=1000, show_default=True,
+              help="Images of the served index (the first N of Holidays-805 then UKBench-400).")
+@click.option("--add", "n_add", type=click.IntRange(0), default=100, show_default=True,
+              help="Images added by a concurrent 'retrieval index' during the searches (the next ones).")
+@click.option("--searches", type=click.IntRange(1), default=1000, show_default=True,
+              help="Whole-image searches by indexed id.")
+@click.option("--clients", type=click.IntRange(1), default=8, show_default=True, help="Concurrent clients.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Search threads of the server [default: the number of cores].")
+@click.option("--preset", default="default", show_default=True, help="Preset of the index.")
+@click.option("--rerank", type=click.Choice(["none", "spatial"]), default=None,
+              help="Re-ranking of the searches [default: the preset's].")
+@click.option("--workdir", default=".cache/bench-serve", show_default=True,
+              help="Scratch folder: photo links, the base index (reused when complete) and a copy per run.")
+@click.option("--feature-store", default=None, metavar="DIR",
+              help="Feature-store folder (default: WORKDIR/features); features are extracted once.")
+@workers_option("Extraction processes for building the base index and for the concurrent sync.")
+@json_option("Print the result as JSON.")
+def bench_serve_cmd(data_dir, n_images, n_add, searches, clients, threads, preset, rerank, workdir, feature_store,
+                    workers, as_json):
+    """Load test of 'retrieval serve': concurrent whole-image searches by id while 'retrieval index' adds
+    images in another process; errors, generations seen, p50 / p95 latency."""
+    from retrieval.bench.serve import bench_serve
+
+    res = bench_serve(data_dir, workdir=workdir, n_images=n_images, n_add=n_add, searches=searches,
+                      clients=clients, threads=threads, preset=preset, rerank=rerank,
+                      feature_store=feature_store or os.path.join(workdir, "features"), workers=workers,
+                      progress=not as_json)
+    if as_json:
+        echo_json(res)
+    else:
+        _print_bench(res)
+    if res["errors"] or res["inconsistent"] or res["stale"]:
+        raise click.ClickException(f"{res['errors']} errors, {res['inconsistent']} inconsistent and {res['stale']} "
+                                   f"stale results; first: {res['first_problem']}")
+
+
+def _print_bench(res: dict) -> None:
+    lat = res["latency_ms"]
+    click.echo(f"{res['searches']} searches from {res['clients']} clients on {res['images']} images "
+               f"(preset {res['preset']}, {res['server_threads']} server threads) while a sync added "
+               f"{res['added']} images in {res['sync_seconds']:.1f} s:")
+    click.echo(f"  errors {res['errors']}, inconsistent results {res['inconsistent']}, stale results {res['stale']}, "
+               f"generations seen {res['generations_seen']}")
+    srv = res["search_ms_in_server"]
+    click.echo(f"  latency at the clients p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms (during the sync: p50 "
+               f"{res['latency_during_sync_ms']['p50']:.1f} ms); {res['searches_per_s']:.1f} searches/s")
+    click.echo(f"  search time in the server (queueing excluded) p50 {srv['p50']:.1f} ms, p95 {srv['p95']:.1f} ms "
+               f"(re-ranking: {res['rerank']})")

@@ -1,0 +1,141 @@
+"""The JSON API (``/api/...``; the OpenAPI page ``/docs`` documents it). Hits have the schema of
+``retrieval query --json`` (:meth:`retrieval.engine.hits.Hit.to_json`)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import FileResponse, JSONResponse
+
+from retrieval.features import parse_box
+from retrieval.web.service import MAX_K, Service
+from retrieval.web.uploads import ApiError, check_image, discard, receive
+
+router = APIRouter(prefix="/api", tags=["api"])
+
+BOX_HELP = "x1,y1,x2,y2 in pixels of the original image after EXIF rotation"
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def run(executor, fn, *args, **kwargs):
+    """Run ``fn`` in ``executor`` (the search pool or the writer thread) without blocking the event loop."""
+    return await asyncio.wrap_future(executor.submit(fn, *args, **kwargs))
+
+
+def parse_box_field(box: str | None):
+    if box is None or not box.strip():
+        return None
+    try:
+        return parse_box(box)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+async def checked_upload(svc: Service, upload: UploadFile, folder):
+    """Receive and decode an upload (ApiError 413 / 415 / 400); returns the checked image in a temporary file."""
+    tmp = await receive(upload, folder, svc.max_upload_bytes)
+    try:
+        return await run(svc.pool, check_image, tmp, upload.filename or "upload",
+                         max_megapixels=svc.max_megapixels, min_side=svc.min_side)
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+@router.post("/search", summary="Search by an uploaded image or an indexed image's id, optionally in a box")
+async def search(request: Request,
+                 image: Annotated[UploadFile | None, File(description="an image file (not stored)")] = None,
+                 id: Annotated[int | None, Form(description="id of an indexed image")] = None,
+                 box: Annotated[str | None, Form(description=BOX_HELP)] = None,
+                 k: Annotated[int, Form(ge=1, le=MAX_K, description="number of results")] = 10,
+                 rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None):
+    """Ranked results: `{generation, query, seconds, hits: [{id, rank, path, score, inliers?, box?, similarity,
+    verified, distance?}], sizes: {id: [width, height]}}`; a verified hit's `box` is the matched region in its
+    image. Give exactly one of `image` and `id`."""
+    svc = service_of(request)
+    if (image is None) == (id is None):
+        raise ApiError(400, "give either an uploaded 'image' or the 'id' of an indexed image (not both).")
+    bbox = parse_box_field(box)
+    if image is None:
+        return await run(svc.pool, svc.search, image_id=id, box=bbox, k=k, rerank=rerank)
+    checked = await checked_upload(svc, image, tempfile.gettempdir())
+    try:
+        return await run(svc.pool, svc.search, image_path=checked.path, box=bbox, k=k,
+                         rerank=rerank)
+    finally:
+        discard(checked.path)
+
+
+@router.get("/images", summary="A page of the indexed images")
+def images(request: Request, offset: Annotated[int, Query(ge=0)] = 0,
+           limit: Annotated[int, Query(ge=1, le=1000)] = 60,
+           q: Annotated[str | None, Query(description="only paths containing this (case-insensitive)")] = None):
+    """`{generation, total, offset, limit, q, images: [{id, path, width, height, n_features, status, hash, size,
+    uploaded}]}`, ordered by id."""
+    return service_of(request).images(offset=offset, limit=limit, q=q)
+
+
+@router.get("/images/{image_id}", summary="One image of the catalog")
+def image(request: Request, image_id: int):
+    return service_of(request).image(image_id)
+
+
+@router.get("/images/{image_id}/thumbnail", summary="A JPEG thumbnail (EXIF orientation applied)",
+            response_class=FileResponse)
+def thumbnail(request: Request, image_id: int,
+              size: Annotated[str, Query(description="small (320 px) or large (1024 px)")] = "small"):
+    path = service_of(request).thumbnail(image_id, size)
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.post("/images", status_code=201, summary="Add an uploaded image to the index")
+async def add_image(request: Request, image: Annotated[UploadFile, File(description="an image file")]):
+    """Decoded and checked first, then stored under the index's `uploads/` folder and indexed (a new generation;
+    searches keep reading the previous one meanwhile). 201 with the new record, or 200 when the same content is
+    already indexed; 409 while another `retrieval index` is writing."""
+    svc = service_of(request)
+    checked = await checked_upload(svc, image, svc.uploads / ".incoming")
+    try:
+        record, added = await run(svc.writer, svc.add, checked, image.filename or "upload")
+    finally:
+        discard(checked.path)
+    return JSONResponse({"image": record, "added": added}, status_code=201 if added else 200)
+
+
+@router.delete("/images/{image_id}", summary="Remove an image from the index")
+async def delete_image(request: Request, image_id: int):
+    """A new generation without the image; the file itself is kept, except an uploaded image's stored copy."""
+    svc = service_of(request)
+    return await run(svc.writer, svc.remove, image_id)
+
+
+@router.get("/info", summary="The index: preset, model, counts, generation, last run")
+def info(request: Request):
+    return service_of(request).info()
+
+
+@router.post("/match", summary="The verified correspondences between a query and an indexed image")
+async def match(request: Request,
+                b_id: Annotated[int, Form(description="id of the indexed result image")],
+                a_id: Annotated[int | None, Form(description="id of the indexed query image")] = None,
+                a_image: Annotated[UploadFile | None, File(description="or the query image file")] = None,
+                box: Annotated[str | None, Form(description="the query box, " + BOX_HELP)] = None):
+    """`{verified, reason, n_features, tentative, inliers, homography (query -> result), a: {id, size, box},
+    b: {id, path, size}, points_a, points_b (inliers, at most 300), box_in_b (the query box's corners in b)}`."""
+    svc = service_of(request)
+    if (a_image is None) == (a_id is None):
+        raise ApiError(400, "give either an uploaded 'a_image' or the 'a_id' of an indexed image (not both).")
+    bbox = parse_box_field(box)
+    if a_image is None:
+        return await run(svc.pool, svc.match, a_id=a_id, b_id=b_id, box=bbox)
+    checked = await checked_upload(svc, a_image, tempfile.gettempdir())
+    try:
+        return await run(svc.pool, svc.match, a_path=checked.path, b_id=b_id, box=bbox)
+    finally:
+        discard(checked.path)

@@ -1,0 +1,52 @@
+"""The HTML pages (Jinja2 templates in ``retrieval/web/templates``, a little plain JavaScript in ``static/app.js``):
+
+- ``/``: the grid of the indexed photos, with paging and a filter by path;
+- ``/query``: pick an indexed photo (``?id=``) or upload one, draw a box with the mouse (drag to draw, drag inside
+  to move, "Clear" to remove), search; results with the matched box drawn on each verified hit;
+- ``/match?a=ID&b=ID[&box=x1,y1,x2,y2]``: the side-by-side match view with the inlier correspondences (the query
+  page opens the same view in place for an uploaded query).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from retrieval.web.api import parse_box_field, service_of
+
+router = APIRouter(include_in_schema=False)
+
+PER_PAGE = 48
+
+
+_env = Environment(loader=PackageLoader("retrieval.web", "templates"), autoescape=select_autoescape(default=True))
+
+
+def render(name: str, **context) -> HTMLResponse:
+    return HTMLResponse(_env.get_template(name).render(**context))
+
+
+@router.get("/", response_class=HTMLResponse)
+def grid(request: Request, page: Annotated[int, Query(ge=1)] = 1, q: str = ""):
+    svc = service_of(request)
+    data = svc.images(offset=(page - 1) * PER_PAGE, limit=PER_PAGE, q=q or None)
+    pages = max(1, math.ceil(data["total"] / PER_PAGE))
+    return render("grid.html", title="Photos", data=data, page=page, pages=pages, q=q)
+
+
+@router.get("/query", response_class=HTMLResponse)
+def query(request: Request, id: int | None = None):
+    svc = service_of(request)
+    image = svc.image(id) if id is not None else None
+    return render("query.html", title="Search", image=image)
+
+
+@router.get("/match", response_class=HTMLResponse)
+def match(request: Request, a: int, b: int, box: str | None = None):
+    svc = service_of(request)
+    parse_box_field(box)
+    return render("match.html", title="Match", a=svc.image(a), b=svc.image(b), box=box or "")

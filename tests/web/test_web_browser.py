@@ -1,0 +1,123 @@
+"""The page of ``retrieval serve`` in a real headless browser (Debian's chromium + chromium-driver through Selenium):
+the grid, picking box_in_scene.png, drawing a box around the box with the mouse, the results with the matched box
+drawn on box.png, then the match view."""
+
+from __future__ import annotations
+
+import pytest
+from web_support import BOX_IN_SCENE, chrome_driver, drag_box, find_chrome, served_copy, web_base  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    pytest.importorskip("selenium", reason="selenium is not installed (the dev extra)")
+    reason = find_chrome()[2]
+    if reason:
+        pytest.skip(f"no browser for the browser test: {reason}")
+    driver = chrome_driver(tmp_path_factory.mktemp("chrome-profile"))
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(web_base, tmp_path_factory):  # noqa: F811
+    server, _ = served_copy(web_base, tmp_path_factory)
+    yield server
+    server.stop()
+
+
+def test_draw_a_box_search_and_open_the_match_view(web_base, server, browser):  # noqa: F811
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser
+    wait = WebDriverWait(d, 120)
+    d.get(server.url + "/")
+    tiles = d.find_elements(By.CSS_SELECTOR, "a.tile")
+    assert len(tiles) == len(list(web_base[0].iterdir()))
+    # the first row of thumbnails decodes (served by id from the API; the others load lazily when scrolled to)
+    wait.until(lambda drv: drv.execute_script("return Array.from(document.querySelectorAll('.tile img')).slice(0, 6)"
+                                              ".every(i => i.complete && i.naturalWidth > 0)"))
+    box = d.find_element(By.ID, "filter")
+    box.send_keys("box_in", Keys.ENTER)
+    wait.until(lambda drv: len(drv.find_elements(By.CSS_SELECTOR, "a.tile")) == 1)
+    d.find_element(By.CSS_SELECTOR, 'a.tile[data-path$="/box_in_scene.png"]').click()
+
+    img = wait.until(EC.presence_of_element_located((By.ID, "qimg")))
+    wait.until(lambda drv: drv.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img))
+    stage = d.find_element(By.ID, "stage")
+    size = (int(stage.get_attribute("data-width")), int(stage.get_attribute("data-height")))
+    assert size == (512, 384)
+    drag_box(d, img, (300, 40, 450, 200), size)          # a first box, then cleared
+    assert d.find_element(By.ID, "boxdraw").is_displayed()
+    d.find_element(By.ID, "clear").click()
+    assert not d.find_element(By.ID, "boxdraw").is_displayed()
+    drag_box(d, img, BOX_IN_SCENE, size)                  # the box around the box
+
+    def drawn():
+        return [float(v) for v in d.find_element(By.ID, "boxtext").text.split("box ", 1)[1].split(",")]
+
+    tol = 512 / img.size["width"] * 3
+    before = drawn()
+    moved = ActionChains(d).move_to_element(d.find_element(By.ID, "boxdraw")).click_and_hold()
+    moved.move_by_offset(15, 10).move_by_offset(15, 10).release().perform()    # dragging inside moves it
+    s = 512 / img.size["width"]
+    assert all(abs(a - b - m * s) <= tol for a, b, m in zip(drawn(), before, (30, 20, 30, 20), strict=True))
+    ActionChains(d).move_to_element(d.find_element(By.ID, "boxdraw")).click_and_hold() \
+        .move_by_offset(-30, -20).release().perform()
+    drawn = drawn()
+    assert all(abs(a - b) <= tol for a, b in zip(drawn, BOX_IN_SCENE, strict=True)), drawn
+    d.find_element(By.ID, "search").click()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-results")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    assert not d.find_element(By.TAG_NAME, "body").get_attribute("data-error")
+
+    figures = d.find_elements(By.CSS_SELECTOR, "#results figure.result")
+    top3 = [f.get_attribute("data-path").rsplit("/", 1)[-1] for f in figures[:3]]
+    assert "box.png" in top3, top3
+    fig = figures[top3.index("box.png")]
+    assert fig.get_attribute("data-verified") == "true"
+    rect = fig.find_element(By.CSS_SELECTOR, "rect.box.match")
+    r = d.execute_script("var b = arguments[0].getBoundingClientRect(); return [b.width, b.height];", rect)
+    assert r[0] > 10 and r[1] > 10      # the matched box is drawn with a real size
+    assert "verified" in fig.text and "inliers" in fig.text and "box.png" in fig.text
+
+    fig.click()
+    wait.until(EC.url_contains("/match?"))
+    section = wait.until(lambda drv: drv.find_element(By.ID, "match") if drv.find_element(By.ID, "match")
+                         .get_attribute("data-lines") or drv.find_element(By.ID, "match")
+                         .get_attribute("data-error") else False)
+    assert not section.get_attribute("data-error")
+    assert section.get_attribute("data-verified") == "true"
+    n = int(section.get_attribute("data-lines"))
+    assert n >= 9 and len(section.find_elements(By.CSS_SELECTOR, "line.corr")) == n
+    assert section.find_elements(By.CSS_SELECTOR, "polygon.mbox") and "inliers" in section.text
+
+
+def test_upload_a_photo_search_and_match_in_place(web_base, server, browser):  # noqa: F811
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser
+    wait = WebDriverWait(d, 120)
+    d.get(server.url + "/")
+    d.find_element(By.LINK_TEXT, "Search with a new photo").click()
+    upload = wait.until(lambda drv: drv.find_element(By.ID, "upload"))
+    upload.send_keys(str(web_base[2]["box.png"]))        # a file picked from the disk
+    img = d.find_element(By.ID, "qimg")
+    wait.until(lambda drv: drv.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img))
+    d.find_element(By.ID, "search").click()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-results")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    assert not d.find_element(By.TAG_NAME, "body").get_attribute("data-error")
+    first = d.find_elements(By.CSS_SELECTOR, "#results figure.result")[0]
+    assert first.get_attribute("data-path").endswith("/box.png") and first.get_attribute("data-verified") == "true"
+    first.click()                                          # the match view opens in the page (the upload is not stored)
+    section = wait.until(lambda drv: drv.find_element(By.ID, "match") if drv.find_element(By.ID, "match")
+                         .get_attribute("data-lines") else False)
+    assert "/query" in d.current_url and section.get_attribute("data-verified") == "true"
+    assert len(section.find_elements(By.CSS_SELECTOR, "line.corr")) == int(section.get_attribute("data-lines")) >= 9
