@@ -32,7 +32,12 @@ class IndexBuildMixin:
             return
         cb, close = progress_callback(progress, "extracting", len(paths))
 
-        results = extract_many(paths, extractor, workers=workers)
+        if getattr(self, "_client", None) is not None:   # workers write the store (retrieval.app.cluster)
+            from retrieval.app.cluster import extract_on_cluster
+
+            results = extract_on_cluster(self._client, paths, [hashes[p] for p in paths], store, extractor)
+        else:
+            results = extract_many(paths, extractor, workers=workers)
         done = 0
         for i, res in results:
             p = paths[i]
@@ -40,7 +45,7 @@ class IndexBuildMixin:
                 reason = getattr(res, "reason", None) or str(res)
                 report.errors.append((p, reason))
                 logger.warning("cannot read %s: %s", p, reason)
-            else:
+            elif res is not None:
                 store.put(hashes[p], res, extractor.config_key)
             done += 1
             if done == 1 or done == len(paths) // 2:

@@ -1,0 +1,241 @@
+"""Running an index's extraction and a sharded index's search on a Dask cluster (``dask.distributed``).
+
+``retrieval index PHOTO_DIR --cluster ADDRESS`` (or ``RETRIEVAL_DASK_SCHEDULER``) connects a
+:class:`distributed.Client` to the scheduler with :func:`connect`; :meth:`retrieval.app.index.Index.sync` then hands
+the images to extract to :func:`extract_on_cluster`: one task per image, run by a worker that reads the image by
+its path (a shared filesystem) or by any fsspec URL, writes the features into the index's feature store (which the
+workers must reach at the same path) and returns only a small summary. The catalog stays on the client and is
+committed in one transaction, as without a cluster. A worker lost mid-run only loses its unfinished tasks:
+the scheduler re-runs them on the other workers; a task finding its entry already in the store returns at once.
+
+Training gathers its sample through the same tasks (the features of the training images are computed on the
+workers and read back from the store), then trains on the client. Encoding runs on the client, reading the store.
+
+Search on a cluster: :class:`RemoteShards` loads each shard of a sharded index (:mod:`retrieval.app.shards`) on a
+worker from the shared index folder and keeps it in that worker's memory; a query is one small task per shard
+returning its top candidates, merged on the client.
+
+Dask is imported lazily: nothing here is loaded by an index that does not use a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+SCHEDULER_ENV = "RETRIEVAL_DASK_SCHEDULER"
+"""Environment variable read when ``--cluster`` is not given."""
+
+CONNECT_TIMEOUT = 4.0
+"""Seconds allowed to reach the scheduler before :func:`connect` gives up."""
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterError(ValueError):
+    """The scheduler cannot be reached, or the cluster has no worker (message: one line naming the address)."""
+
+
+class RemoteExtractionError(Exception):
+    """A worker could not read or describe an image; ``reason`` is the message the local path would give."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _require_distributed():
+    try:
+        import distributed
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise ClusterError("--cluster needs dask.distributed: pip install 'retrieval[cluster]'.") from None
+    return distributed
+
+
+def connect(address: str, timeout: float = CONNECT_TIMEOUT):
+    """A :class:`distributed.Client` connected to the scheduler at ``address`` (``tcp://host:port`` or
+    ``host:port``), or :class:`ClusterError` with one line within about ``timeout`` seconds."""
+    distributed = _require_distributed()
+    address = str(address).strip()
+    if not address:
+        raise ClusterError("--cluster: empty scheduler address (expected tcp://HOST:PORT).")
+    host_port = address.split("://", 1)[-1]
+    if ":" not in host_port or not host_port.rsplit(":", 1)[1].isdigit():
+        raise ClusterError(f"--cluster {address!r}: expected a Dask scheduler address tcp://HOST:PORT.")
+    host, port = host_port.rsplit(":", 1)
+    try:   # a plain TCP connection first: a refused or unreachable address fails at once, not after retries
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler there ({why}).") from None
+    try:   # then Dask's handshake: whatever else answers there fails here, before a Client is made
+        asyncio.run(_probe(distributed, address, timeout))
+    except Exception as exc:  # noqa: BLE001 - not a Dask scheduler: one line
+        first = str(exc).splitlines()[0][:160] if str(exc) else ""
+        raise ClusterError(f"--cluster {address}: no Dask scheduler answers there ({type(exc).__name__}"
+                           f"{': ' + first if first else ''}).") from None
+    quiet = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.comm.core")]
+    levels = [lg.level for lg in quiet]
+    for lg in quiet:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        client = distributed.Client(address, timeout=f"{timeout}s", set_as_default=False)
+    except Exception as exc:  # noqa: BLE001 - whatever answers there is not a Dask scheduler: one line
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ClusterError(f"--cluster {address}: no Dask scheduler answers there within {timeout:g} s "
+                           f"({type(exc).__name__}: {first}).") from None
+    finally:
+        for lg, lv in zip(quiet, levels, strict=True):
+            lg.setLevel(lv)
+    return client
+
+
+async def _probe(distributed, address: str, timeout: float) -> None:
+    comm = await asyncio.wait_for(distributed.comm.connect(address, timeout=timeout), timeout)
+    await comm.close()
+
+
+def scheduler_address(option: str | None) -> str | None:
+    """The ``--cluster`` value, else ``$RETRIEVAL_DASK_SCHEDULER``, else None (no cluster)."""
+    return option or os.environ.get(SCHEDULER_ENV) or None
+
+
+def local_cluster(n_workers: int):
+    """A :class:`distributed.LocalCluster` of ``n_workers`` single-threaded processes on loopback and its client."""
+    distributed = _require_distributed()
+    cluster = distributed.LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1,
+                                       host="127.0.0.1", dashboard_address=None)
+    return cluster, distributed.Client(cluster, set_as_default=False)
+
+
+def wait_for_workers(client, timeout: float = 30.0) -> None:
+    """Wait until the scheduler has at least one worker (ClusterError naming the address otherwise)."""
+    t0 = time.monotonic()
+    while not client.scheduler_info().get("workers"):
+        if time.monotonic() - t0 > timeout:
+            raise ClusterError(f"the Dask scheduler at {client.scheduler.address} has no worker after "
+                               f"{timeout:g} s (start some with 'dask worker {client.scheduler.address}').")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------------- extraction
+
+_SINGLE_THREADED = False
+
+
+def _single_threaded() -> None:
+    global _SINGLE_THREADED
+    if not _SINGLE_THREADED:
+        try:
+            import cv2
+
+            cv2.setNumThreads(1)  # one task per worker thread: no oversubscription
+        except ImportError:  # pragma: no cover
+            pass
+        _SINGLE_THREADED = True
+
+
+def _local_copy(url: str):
+    """A local file with the bytes of an fsspec URL (``s3://``, ``gs://``, ``http://``...), and its cleanup."""
+    import tempfile
+
+    import fsspec
+
+    suffix = os.path.splitext(url)[1]
+    fd, tmp = tempfile.mkstemp(suffix=suffix, prefix="retrieval-")
+    with os.fdopen(fd, "wb") as out, fsspec.open(url, "rb") as src:
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            out.write(chunk)
+    return tmp
+
+
+def extract_task(path: str, content_hash: str, extractor, store_folder: str) -> tuple[str, object]:
+    """Run on a worker: extract ``path`` (a file path or an fsspec URL) into the feature store at
+    ``store_folder``. Returns ``("ok", n_features)``, or ``("error", reason)`` with the reason the local path
+    reports for the same file."""
+    from retrieval.features.store import FeatureStore
+
+    _single_threaded()
+    store = FeatureStore(store_folder)
+    key = extractor.config_key
+    if (content_hash, key) in store:  # a re-run task (a lost worker) or an earlier, interrupted run
+        return "ok", None
+    tmp = None
+    try:
+        local = path
+        if "://" in path and not path.startswith("file://"):
+            local = tmp = _local_copy(path)
+        elif path.startswith("file://"):
+            local = path[len("file://"):]
+        feats = extractor(local)
+    except Exception as exc:  # noqa: BLE001 - every per-file failure is reported to the client, not raised
+        return "error", getattr(exc, "reason", None) or str(exc)
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+    store.put(content_hash, feats, key)
+    return "ok", len(feats)
+
+
+def extract_on_cluster(client, paths, hashes, store, extractor) -> Iterator[tuple[int, object]]:
+    """Extract ``paths`` on the cluster's workers into ``store`` (a :class:`FeatureStore` the workers reach at the
+    same path); yields ``(i, None)`` once image ``i`` is in the store, ``(i, RemoteExtractionError)`` when it
+    could not be read, in completion order. Tasks of a lost worker are re-run by the scheduler."""
+    distributed = _require_distributed()
+    wait_for_workers(client)
+    folder = str(os.path.abspath(store.folder))
+    ext = client.scatter(extractor, broadcast=True, hash=False)
+    futures = {}
+    for i, (p, h) in enumerate(zip(paths, hashes, strict=True)):
+        fut = client.submit(extract_task, str(p), h, ext, folder, key=f"extract-{h}-{i}", pure=False, retries=2)
+        futures[fut] = i
+    for fut in distributed.as_completed(list(futures), loop=client.loop):
+        status, value = fut.result()
+        i = futures.pop(fut)
+        fut.release()
+        if status == "ok":
+            yield i, None
+        else:
+            yield i, RemoteExtractionError(str(value))
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+
+def _shard_size(shard) -> int:
+    return int(len(shard._ids))
+
+
+class RemoteShards:
+    """The shards of one generation of a sharded index, loaded by the workers from the shared index folder and
+    held in their memory (one Dask future per shard, spread over the workers)."""
+
+    def __init__(self, client, preset: dict, folders, load, top):
+        """``load(preset, folder)`` -> a shard, ``top(shard, q, k, short)`` -> its candidates (module-level
+        functions: the workers import them by name)."""
+        wait_for_workers(client)
+        self.client, self._top = client, top
+        self.folders = [str(os.path.abspath(f)) for f in folders]
+        workers = sorted(client.scheduler_info()["workers"])
+        self.futures = [client.submit(load, preset, f, key=f"shard-{i}-{f}", pure=False,
+                                      workers=[workers[i % len(workers)]], allow_other_workers=True)
+                        for i, f in enumerate(self.folders)]
+        sizes = client.gather([client.submit(_shard_size, f, pure=False) for f in self.futures])
+        logger.info("%d shards (%d images) loaded by %d workers", len(sizes), sum(sizes), len(workers))
+
+    def top(self, q, k: int, short: int) -> list:
+        """Every shard's candidates for the query vector ``q`` (``top`` run where the shard is held)."""
+        futs = [self.client.submit(self._top, f, q, k, short, pure=False) for f in self.futures]
+        return self.client.gather(futs)
+
+    def close(self) -> None:
+        for f in self.futures:
+            f.release()
+        self.futures = []
