@@ -209,13 +209,23 @@ def extract_on_cluster(client, paths, hashes, store, extractor) -> Iterator[tupl
 # ---------------------------------------------------------------------------------------------- search
 
 
-def _shard_size(shard) -> int:
-    return int(len(shard._ids))
+class ShardHolder:
+    """A Dask actor holding one shard in a worker's memory; its methods run on that worker, called directly by the
+    client (not through the scheduler: about 10x less latency per call than a task, docs/benchmarks.md)."""
+
+    def __init__(self, load, preset: dict, folder: str):
+        self.shard = load(preset, folder)
+
+    def size(self) -> int:
+        return int(len(self.shard._ids))
+
+    def top(self, fn, q, k: int, short: int):
+        return fn(self.shard, q, k, short)
 
 
 class RemoteShards:
     """The shards of one generation of a sharded index, loaded by the workers from the shared index folder and
-    held in their memory (one Dask future per shard, spread over the workers)."""
+    held in their memory (one :class:`ShardHolder` actor per shard, spread over the workers)."""
 
     def __init__(self, client, preset: dict, folders, load, top):
         """``load(preset, folder)`` -> a shard, ``top(shard, q, k, short)`` -> its candidates (module-level
@@ -224,18 +234,20 @@ class RemoteShards:
         self.client, self._top = client, top
         self.folders = [str(os.path.abspath(f)) for f in folders]
         workers = sorted(client.scheduler_info()["workers"])
-        self.futures = [client.submit(load, preset, f, key=f"shard-{i}-{f}", pure=False,
-                                      workers=[workers[i % len(workers)]], allow_other_workers=True)
-                        for i, f in enumerate(self.folders)]
-        sizes = client.gather([client.submit(_shard_size, f, pure=False) for f in self.futures])
+        self._futures = [client.submit(ShardHolder, load, preset, f, actor=True, workers=[workers[i % len(workers)]],
+                                       key=f"shard-{i}-{f}", pure=False) for i, f in enumerate(self.folders)]
+        with client.as_current():   # the actor proxies call through this client
+            self.actors = [f.result() for f in self._futures]
+            sizes = [a.size().result() for a in self.actors]
         logger.info("%d shards (%d images) loaded by %d workers", len(sizes), sum(sizes), len(workers))
 
     def top(self, q, k: int, short: int) -> list:
         """Every shard's candidates for the query vector ``q`` (``top`` run where the shard is held)."""
-        futs = [self.client.submit(self._top, f, q, k, short, pure=False) for f in self.futures]
-        return self.client.gather(futs)
+        with self.client.as_current():
+            calls = [a.top(self._top, q, k, short) for a in self.actors]
+            return [c.result() for c in calls]
 
     def close(self) -> None:
-        for f in self.futures:
+        for f in self._futures:
             f.release()
-        self.futures = []
+        self._futures, self.actors = [], []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,8 @@ from retrieval.engine.hits import Hit, similarity_from_ip
 from retrieval.engine.pipeline import make_backend
 
 MAX_SHARDS = 4096
+
+logger = logging.getLogger(__name__)
 
 
 def shard_of(ids, n_shards: int) -> np.ndarray:
@@ -219,7 +222,12 @@ class ShardedBackend(GlobalBackend):
             return super().first_stage(q, k)
         short = max(k, self.config.index.shortlist)
         if self.remote is not None:
-            tops = self.remote.top(q, k, short)
+            try:
+                tops = self.remote.top(q, k, short)
+            except Exception:  # noqa: BLE001 - an actor's worker was lost: load the shards again, once
+                logger.warning("a worker holding shards was lost; loading the shards again")
+                self.use_remote(self.remote.client)
+                tops = self.remote.top(q, k, short)
         else:
             tops = [shard_top(s, q, k, short) for s in self.shards]
         n = sum(len(s._ids) for s in self.shards)
