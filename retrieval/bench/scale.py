@@ -230,6 +230,32 @@ def _fan_out(Q, single_res, ask) -> dict:
             "lists_equal_single_process": f"{equal}/{len(Q)}"}
 
 
+def _noop(i):
+    return i
+
+
+def _fan_out_by_shards(client, trained, workers, Q) -> dict:
+    """Median end-to-end ms per query through S actor-held shards of 20,000 codes (spread over the workers) and the
+    merge alone, for S = 2, 8, 32: the cost of the fan-out itself as S grows."""
+    out = {}
+    for S in (2, 8, 32):
+        actors = [client.submit(ShardActor, trained, i * 20_000, (i + 1) * 20_000, 7, actor=True,
+                                workers=[workers[i % len(workers)]]).result() for i in range(S)]
+        for a in actors:
+            a.search(Q[0], K).result()
+        t_all, t_merge = [], []
+        for q in Q:
+            t0 = time.perf_counter()
+            parts = [f.result() for f in [a.search(q, K) for a in actors]]
+            t1 = time.perf_counter()
+            merge_topk(parts, K)
+            t_all.append(time.perf_counter() - t0)
+            t_merge.append(time.perf_counter() - t1)
+        out[str(S)] = {"end_to_end_ms": 1e3 * float(np.median(t_all)), "merge_ms": 1e3 * float(np.median(t_merge))}
+        del actors
+    return out
+
+
 def merge_topk(parts, k):
     """Global top ``k`` of per-shard ``(distances, ids)`` by (distance, id)."""
     D = np.concatenate([p[0] for p in parts])
@@ -288,6 +314,11 @@ def sharded_search(n_codes: int = 10_000_000, n_queries: int = 100, progress: bo
         batch_s = time.perf_counter() - t0
         batch_equal = sum(_same(merge_topk([(p[0][i], p[1][i]) for p in parts], K), single_res[i])
                           for i in range(n_queries))
+        actors.clear()   # the shards of 10M codes are released before the fan-out runs
+        fan_out = _fan_out_by_shards(client, trained, workers, Q[:min(n_queries, 50)])
+        t0 = time.perf_counter()
+        client.gather(client.map(_noop, range(2000), pure=False))
+        tasks_per_s = 2000 / (time.perf_counter() - t0)
 
     return {
         "n_codes": n_codes, "dim": DIM, "M": M, "nbits": NBITS, "nlist": NLIST, "nprobe": NPROBE, "k": K,
@@ -299,6 +330,8 @@ def sharded_search(n_codes: int = 10_000_000, n_queries: int = 100, progress: bo
         "sharded_2_workers_actors": actor_run,
         "sharded_2_workers_actors_batch": {"queries": n_queries, "ms_per_query": 1e3 * batch_s / n_queries,
                                            "lists_equal_single_process": f"{batch_equal}/{n_queries}"},
+        "fan_out_ms_by_shards": fan_out,
+        "scheduler_trivial_tasks_per_s": tasks_per_s,
     }
 
 
@@ -332,4 +365,8 @@ def format_report(out: dict) -> str:
         b = s["sharded_2_workers_actors_batch"]
         lines.append(f"  2 shards, 2 workers, one batch of {b['queries']} queries per actor: {b['ms_per_query']:.2f} ms "
                      f"per query; lists equal {b['lists_equal_single_process']}")
+        for S, r in s["fan_out_ms_by_shards"].items():
+            lines.append(f"  fan-out to {S:>2} shards of 20,000 codes: {r['end_to_end_ms']:.2f} ms per query "
+                         f"(merge {r['merge_ms']:.3f})")
+        lines.append(f"  scheduler: {s['scheduler_trivial_tasks_per_s']:.0f} trivial tasks/s")
     return "\n".join(lines)

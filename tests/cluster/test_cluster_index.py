@@ -133,8 +133,11 @@ def test_sharded_index_returns_the_unsharded_lists(tmp_path, cluster, photos, re
     folder, queries = photos
     over = {"min_images": 8, "nlist": 2, "M": 8, "nbits": 2, "nprobe": 1, "shortlist": 6} if ivfadc else {}
     store = reference.store.folder   # features already extracted: only training and encoding run
-    one = Index.create(tmp_path / "s1", preset=preset(**over), train_on="collection", feature_store=store)
-    one.sync(folder, workers=1)
+    if ivfadc:
+        one = Index.create(tmp_path / "s1", preset=preset(**over), train_on="collection", feature_store=store)
+        one.sync(folder, workers=1)
+    else:
+        one = reference   # the same preset, unsharded
     three = Index.create(tmp_path / "s3", preset=preset(**over), train_on="collection", feature_store=store,
                          shards=3)
     three.sync(folder, workers=1)
