@@ -230,6 +230,24 @@ def _fan_out(Q, single_res, ask) -> dict:
             "lists_equal_single_process": f"{equal}/{len(Q)}"}
 
 
+def _coarse_ms(Q) -> float:
+    """Median ms of the coarse quantiser of one query against 65,536 centroids of 256 dimensions (nprobe 64): the
+    part of a shard's search that does not shrink with the shard (the 1-billion plan of docs/scaling.md)."""
+    from retrieval.search import IVFADC
+
+    rng = np.random.default_rng(3)
+    ivf = IVFADC(nlist=65536, M=32)
+    ivf.centroids_ = rng.standard_normal((65536, 256)).astype(np.float32)
+    q = np.tile(Q, (1, 256 // Q.shape[1])).astype(np.float32)
+    ivf.coarse_search(q[:1], 64)
+    times = []
+    for x in q:
+        t0 = time.perf_counter()
+        ivf.coarse_search(x[None, :], 64)
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
 def _noop(i):
     return i
 
@@ -331,6 +349,7 @@ def sharded_search(n_codes: int = 10_000_000, n_queries: int = 100, progress: bo
         "sharded_2_workers_actors_batch": {"queries": n_queries, "ms_per_query": 1e3 * batch_s / n_queries,
                                            "lists_equal_single_process": f"{batch_equal}/{n_queries}"},
         "fan_out_ms_by_shards": fan_out,
+        "coarse_ms_65536_lists_256d": _coarse_ms(Q[:20]),
         "scheduler_trivial_tasks_per_s": tasks_per_s,
     }
 
@@ -368,5 +387,6 @@ def format_report(out: dict) -> str:
         for S, r in s["fan_out_ms_by_shards"].items():
             lines.append(f"  fan-out to {S:>2} shards of 20,000 codes: {r['end_to_end_ms']:.2f} ms per query "
                          f"(merge {r['merge_ms']:.3f})")
-        lines.append(f"  scheduler: {s['scheduler_trivial_tasks_per_s']:.0f} trivial tasks/s")
+        lines.append(f"  scheduler: {s['scheduler_trivial_tasks_per_s']:.0f} trivial tasks/s; coarse quantiser of 65,536 "
+                     f"x 256-d lists: {s['coarse_ms_65536_lists_256d']:.2f} ms per query")
     return "\n".join(lines)
