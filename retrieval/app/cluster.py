@@ -2,7 +2,7 @@
 
 ``retrieval index PHOTO_DIR --cluster ADDRESS`` (or ``RETRIEVAL_DASK_SCHEDULER``) connects a
 :class:`distributed.Client` to the scheduler with :func:`connect`; :meth:`retrieval.app.index.Index.sync` then hands
-the images to extract to :func:`extract_on_cluster`: one task per image, run by a worker that reads the image by
+the images to extract to :func:`extract_on_cluster`: tasks of one to 256 images, run by workers that read each image by
 its path (a shared filesystem) or by any fsspec URL, writes the features into the index's feature store (which the
 workers must reach at the same path) and returns only a small summary. The catalog stays on the client and is
 committed in one transaction, as without a cluster. A worker lost mid-run only loses its unfinished tasks:
@@ -184,26 +184,40 @@ def extract_task(path: str, content_hash: str, extractor, store_folder: str) -> 
     return "ok", len(feats)
 
 
+def extract_batch_task(items, extractor, store_folder: str) -> list[tuple[str, object]]:
+    """Run on a worker: :func:`extract_task` for each ``(path, content_hash)`` of ``items``, in order."""
+    return [extract_task(p, h, extractor, store_folder) for p, h in items]
+
+
+def images_per_task(n_images: int, n_workers: int) -> int:
+    """Images per extraction task: about 8 tasks per worker (a lost worker costs little, the load stays balanced),
+    at most 256 images per task (the scheduler handles a few hundred to a few thousand tasks per second,
+    docs/benchmarks.md: one task per image would make it the bottleneck of a large cluster)."""
+    return int(min(256, max(1, n_images // (8 * max(1, n_workers)))))
+
+
 def extract_on_cluster(client, paths, hashes, store, extractor) -> Iterator[tuple[int, object]]:
     """Extract ``paths`` on the cluster's workers into ``store`` (a :class:`FeatureStore` the workers reach at the
     same path); yields ``(i, None)`` once image ``i`` is in the store, ``(i, RemoteExtractionError)`` when it
-    could not be read, in completion order. Tasks of a lost worker are re-run by the scheduler."""
+    could not be read, task by task in completion order (:func:`images_per_task` images per task). Tasks of a
+    lost worker are re-run by the scheduler."""
     distributed = _require_distributed()
     wait_for_workers(client)
     folder = str(os.path.abspath(store.folder))
     ext = client.scatter(extractor, broadcast=True, hash=False)
+    per = images_per_task(len(paths), len(client.scheduler_info()["workers"]))
     futures = {}
-    for i, (p, h) in enumerate(zip(paths, hashes, strict=True)):
-        fut = client.submit(extract_task, str(p), h, ext, folder, key=f"extract-{h}-{i}", pure=False, retries=2)
-        futures[fut] = i
+    for a in range(0, len(paths), per):
+        items = [(str(p), h) for p, h in zip(paths[a:a + per], hashes[a:a + per], strict=True)]
+        fut = client.submit(extract_batch_task, items, ext, folder, key=f"extract-{items[0][1]}-{a}", pure=False,
+                            retries=2)
+        futures[fut] = a
     for fut in distributed.as_completed(list(futures), loop=client.loop):
-        status, value = fut.result()
-        i = futures.pop(fut)
+        results = fut.result()
+        a = futures.pop(fut)
         fut.release()
-        if status == "ok":
-            yield i, None
-        else:
-            yield i, RemoteExtractionError(str(value))
+        for j, (status, value) in enumerate(results):
+            yield a + j, (None if status == "ok" else RemoteExtractionError(str(value)))
 
 
 # ---------------------------------------------------------------------------------------------- search

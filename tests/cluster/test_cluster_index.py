@@ -177,3 +177,31 @@ def test_unreachable_scheduler_is_one_line_and_exit_1(tmp_path, photos):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and address in lines[0] and "Dask scheduler" in lines[0], proc.stderr
         assert not (tmp_path / "idx").exists()   # nothing was created
+
+
+def test_worker_task_reads_an_fsspec_url(tmp_path, photos):
+    """What a worker runs for one image given as an fsspec URL (here fsspec's in-memory filesystem, so the task is
+    called in this process): the same features as from the file, written to the store."""
+    import fsspec
+
+    from retrieval.app.cluster import extract_task
+    from retrieval.features.store import FeatureStore, file_hash
+
+    folder, queries = photos
+    ex = reference_extractor()
+    url = "memory://bucket/photo.jpg"
+    with fsspec.open(url, "wb") as fh:
+        fh.write(open(queries[0], "rb").read())
+    h = file_hash(queries[0])
+    assert extract_task(url, h, ex, str(tmp_path / "store")) == ("ok", len(ex(queries[0])))
+    got = FeatureStore(tmp_path / "store").get(h, ex.config_key)
+    want = ex(queries[0])
+    assert (got.descriptors == want.descriptors).all() and (got.frames == want.frames).all()
+    assert extract_task("memory://bucket/missing.jpg", h + "0", ex, str(tmp_path / "store"))[0] == "error"
+
+
+def reference_extractor():
+    from retrieval.engine.presets import preset_config
+    from retrieval.features import FeatureExtractor
+
+    return FeatureExtractor(**preset_config(preset()).features.extractor_kwargs())
