@@ -3,8 +3,8 @@
 ``retrieval index PHOTO_DIR --cluster ADDRESS`` (or ``RETRIEVAL_DASK_SCHEDULER``) connects a
 :class:`distributed.Client` to the scheduler with :func:`connect`; :meth:`retrieval.app.index.Index.sync` then hands
 the images to extract to :func:`extract_on_cluster`: tasks of one to 256 images, run by workers that read each image by
-its path (a shared filesystem) or by any fsspec URL, writes the features into the index's feature store (which the
-workers must reach at the same path) and returns only a small summary. The catalog stays on the client and is
+its path (a shared filesystem) or by any fsspec URL, write the features into the index's feature store (which the
+workers must reach at the same path) and return only a status per image. The catalog stays on the client and is
 committed in one transaction, as without a cluster. A worker lost mid-run only loses its unfinished tasks:
 the scheduler re-runs them on the other workers; a task finding its entry already in the store returns at once.
 

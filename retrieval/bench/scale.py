@@ -57,7 +57,7 @@ def _raw_pyhesaff(paths, ex) -> float:
 def _dask_run(paths, ex, n_workers: int) -> dict:
     import distributed
 
-    from retrieval.app.cluster import extract_task
+    from retrieval.app.cluster import extract_batch_task, extract_task, images_per_task
     from retrieval.features.store import file_hash
 
     hashes = [file_hash(p) for p in paths]
@@ -74,9 +74,11 @@ def _dask_run(paths, ex, n_workers: int) -> dict:
                                   workers=[w]) for i, w in enumerate(workers)]
             client.gather(warm)
             t1 = time.perf_counter()
-            futs = [client.submit(extract_task, p, h, ex, str(tmp / "store"), pure=False)
-                    for p, h in zip(paths, hashes, strict=True)]
-            res = client.gather(futs)
+            items = list(zip(paths, hashes, strict=True))
+            per = images_per_task(len(items), n_workers)   # the batching of 'retrieval index --cluster'
+            futs = [client.submit(extract_batch_task, items[a:a + per], ex, str(tmp / "store"), pure=False)
+                    for a in range(0, len(items), per)]
+            res = [r for batch in client.gather(futs) for r in batch]
             warm_s = time.perf_counter() - t1
         total = time.perf_counter() - t0
         if any(r[0] != "ok" for r in res):
