@@ -205,3 +205,26 @@ def reference_extractor():
     from retrieval.features import FeatureExtractor
 
     return FeatureExtractor(**preset_config(preset()).features.extractor_kwargs())
+
+
+def test_cli_index_and_query_with_cluster_and_shards(tmp_path, cluster, photos, reference):
+    """`retrieval index --cluster --shards 2` then `retrieval query --cluster --json`: the reference's lists."""
+    from click.testing import CliRunner
+
+    from retrieval.cli.main import main
+
+    c, _ = cluster
+    folder, queries = photos
+    spec = tmp_path / "preset.json"
+    spec.write_text(json.dumps(preset()))
+    idx_dir = str(tmp_path / "idx")
+    address = c.scheduler_address
+    res = CliRunner().invoke(main, ["index", str(folder), "--index", idx_dir, "--preset", str(spec), "--train-on",
+                                    "collection", "--cluster", address, "--shards", "2", "--quiet", "--json"])
+    assert res.exit_code == 0, res.output
+    assert Index.open(idx_dir).catalog.get_meta("shards") == 2
+    for q in queries[:2]:
+        res = CliRunner().invoke(main, ["query", q, "--index", idx_dir, "--top", "8", "--json", "--cluster", address])
+        assert res.exit_code == 0, res.output
+        got = [(h["id"], h["path"], h["score"], h["verified"], h.get("inliers")) for h in json.loads(res.stdout)]
+        assert_same_lists([got], ranked(Index.open(reference.path), [q]))
