@@ -104,14 +104,6 @@ def scheduler_address(option: str | None) -> str | None:
     return option or os.environ.get(SCHEDULER_ENV) or None
 
 
-def local_cluster(n_workers: int):
-    """A :class:`distributed.LocalCluster` of ``n_workers`` single-threaded processes on loopback and its client."""
-    distributed = _require_distributed()
-    cluster = distributed.LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1,
-                                       host="127.0.0.1", dashboard_address=None)
-    return cluster, distributed.Client(cluster, set_as_default=False)
-
-
 def wait_for_workers(client, timeout: float = 30.0) -> None:
     """Wait until the scheduler has at least one worker (ClusterError naming the address otherwise)."""
     t0 = time.monotonic()
