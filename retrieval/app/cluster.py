@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 
 SCHEDULER_ENV = "RETRIEVAL_DASK_SCHEDULER"
@@ -241,7 +242,9 @@ class RemoteShards:
         self.folders = [str(os.path.abspath(f)) for f in folders]
         workers = sorted(client.scheduler_info()["workers"])
         self._futures = [client.submit(ShardHolder, load, preset, f, actor=True, workers=[workers[i % len(workers)]],
-                                       key=f"shard-{i}-{f}", pure=False) for i, f in enumerate(self.folders)]
+                                       allow_other_workers=True,
+                                       key=f"shard-{i}-{uuid.uuid4().hex}", pure=False)
+                         for i, f in enumerate(self.folders)]
         with client.as_current():   # the actor proxies call through this client
             self.actors = [f.result() for f in self._futures]
             sizes = [a.size().result() for a in self.actors]

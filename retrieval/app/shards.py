@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -222,16 +223,31 @@ class ShardedBackend(GlobalBackend):
             return super().first_stage(q, k)
         short = max(k, self.config.index.shortlist)
         if self.remote is not None:
-            try:
-                tops = self.remote.top(q, k, short)
-            except Exception:  # noqa: BLE001 - an actor's worker was lost: load the shards again, once
-                logger.warning("a worker holding shards was lost; loading the shards again")
-                self.use_remote(self.remote.client)
-                tops = self.remote.top(q, k, short)
+            tops = self._remote_top(q, k, short)
         else:
             tops = [shard_top(s, q, k, short) for s in self.shards]
         n = sum(len(s._ids) for s in self.shards)
         return merge_tops(tops, k, min(short, n))
+
+    def _remote_top(self, q, k, short, attempts: int = 3) -> list:
+        """The shards' candidates from the workers; a lost worker's shards are loaded again (up to ``attempts``
+        tries, the scheduler needing a moment to notice the loss)."""
+        client = self.remote.client
+        for attempt in range(attempts):
+            try:
+                if self.remote is None:
+                    self.use_remote(client)
+                return self.remote.top(q, k, short)
+            except Exception:  # noqa: BLE001 - an actor's worker was lost
+                if attempt == attempts - 1:
+                    raise
+                logger.warning("a worker holding shards was lost; loading the shards again")
+                time.sleep(0.5 * attempt)
+                try:
+                    self.use_remote(client)
+                except Exception:  # noqa: BLE001 - the lost worker was chosen again: next attempt
+                    continue
+        raise AssertionError("unreachable")
 
     def _vectors_of(self, ids, get_features) -> np.ndarray:
         if self._assembled:

@@ -228,3 +228,12 @@ def test_cli_index_and_query_with_cluster_and_shards(tmp_path, cluster, photos, 
         assert res.exit_code == 0, res.output
         got = [(h["id"], h["path"], h["score"], h["verified"], h.get("inliers")) for h in json.loads(res.stdout)]
         assert_same_lists([got], ranked(Index.open(reference.path), [q]))
+    # a worker holding shards is lost between two queries: the next query loads the shards again
+    _, client = cluster
+    idx = Index.open(idx_dir)
+    idx.use_cluster(client)
+    want = ranked(idx, queries[:1], rerank="none")
+    pids = client.run(os.getpid)
+    os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
+    assert ranked(idx, queries[:1], rerank="none") == want
+    client.wait_for_workers(2, timeout=60)
