@@ -213,6 +213,61 @@ def extract_on_cluster(client, paths, hashes, store, extractor) -> Iterator[tupl
             yield a + j, (None if status == "ok" else RemoteExtractionError(str(value)))
 
 
+# ---------------------------------------------------------------------------------------------- encoding
+
+_MODELS: dict = {}
+
+
+def encode_task(preset: dict, model_dir: str, store_folder: str, key: str, hashes) -> tuple:
+    """Run on a worker: the global vectors of the images whose features are in the store, with the index's
+    trained model (loaded once per worker from ``model_dir``). Returns ``(V (n, D') float32, [(n_features,
+    (width, height)), ...])``."""
+    import json
+    from pathlib import Path
+
+    from retrieval.engine.pipeline import make_backend
+    from retrieval.features.store import FeatureStore
+
+    _single_threaded()
+    info = json.loads((Path(model_dir) / "model.json").read_text("utf-8"))
+    backend = _MODELS.get((model_dir, info["id"]))
+    if backend is None:
+        backend = make_backend(preset)
+        backend.load_model(Path(model_dir), info)
+        _MODELS.clear()
+        _MODELS[(model_dir, info["id"])] = backend
+    store = FeatureStore(store_folder)
+    feats = []
+    for h in hashes:
+        f = store.get(h, key)
+        if f is None:
+            raise ValueError(f"feature-store entry {h} vanished during the sync.")
+        feats.append(f)
+    return backend.encode(feats), [(len(f), tuple(int(v) for v in f.image_size)) for f in feats]
+
+
+def encode_on_cluster(client, preset: dict, model_dir, store, key: str, hashes, progress=None):
+    """The global vectors of ``hashes`` (in order) encoded by the cluster's workers (:func:`encode_task`), and
+    each image's ``(n_features, (width, height))``."""
+    import numpy as np
+
+    wait_for_workers(client)
+    hashes = list(hashes)
+    per = images_per_task(len(hashes), len(client.scheduler_info()["workers"]))
+    futs = [client.submit(encode_task, preset, str(os.path.abspath(model_dir)), str(os.path.abspath(store.folder)),
+                          key, hashes[a:a + per], pure=False, retries=2) for a in range(0, len(hashes), per)]
+    parts, meta, done = [], [], 0
+    for fut in futs:   # in order: the vectors follow the ids
+        V, m = fut.result()
+        fut.release()
+        parts.append(np.asarray(V, np.float32))
+        meta.extend(m)
+        done += len(m)
+        if progress:
+            progress(done, len(hashes))
+    return (np.concatenate(parts) if parts else None), meta
+
+
 # ---------------------------------------------------------------------------------------------- search
 
 

@@ -331,7 +331,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
             new_rows.append(row)
         feats = LazyFeatures(store, key, [hashes[p] for p in add_paths])
         cb, close = progress_callback(progress and len(add_ids) > 0, "encoding", len(add_ids))
-        backend.add(np.asarray(add_ids, np.int64), feats, progress=cb)
+        self._add(backend, np.asarray(add_ids, np.int64), feats, cb)
         close()
         for j, (row, p) in enumerate(zip([r for r in new_rows if r["status"] == "indexed"], add_paths, strict=True)):
             n_feat, (width, height) = feats.meta(j)

@@ -54,6 +54,24 @@ class IndexBuildMixin:
                 cb(done, len(paths))
         close()
 
+    def _add(self, backend, ids, feats, progress) -> None:
+        """``backend.add``; on a cluster, a global backend's vectors are encoded by the workers
+        (:func:`retrieval.app.cluster.encode_on_cluster`), which also record each image's feature count and size
+        in ``feats`` (the client then reads no feature)."""
+        from retrieval.app.shards import ShardedBackend
+        from retrieval.engine.global_backend import GlobalBackend
+
+        if getattr(self, "_client", None) is None or type(backend) not in (GlobalBackend, ShardedBackend) \
+                or len(ids) == 0:
+            backend.add(ids, feats, progress=progress)
+            return
+        from retrieval.app.cluster import encode_on_cluster
+
+        V, meta = encode_on_cluster(self._client, self.preset, self._model_dir(), feats.store, feats.key, feats.hashes,
+                                    progress=progress)
+        feats._meta.update(enumerate(meta))
+        backend.add_vectors(ids, V)
+
     def _use_generic_model(self, rows, to_add, failed, gen) -> bool:
         """Import the generic model (:mod:`retrieval.app.generic_models`) when the index's training policy
         asks for it; True when it did (the caller then loads it instead of training)."""

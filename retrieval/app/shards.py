@@ -155,6 +155,10 @@ class ShardedBackend(GlobalBackend):
         self._assemble()
         super().add(ids, features, progress=progress)
 
+    def add_vectors(self, ids, vectors) -> None:
+        self._assemble()
+        super().add_vectors(ids, vectors)
+
     def remove(self, ids) -> None:
         self._assemble()
         super().remove(ids)
