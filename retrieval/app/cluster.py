@@ -9,7 +9,9 @@ committed in one transaction, as without a cluster. A worker lost mid-run only l
 the scheduler re-runs them on the other workers; a task finding its entry already in the store returns at once.
 
 Training gathers its sample through the same tasks (the features of the training images are computed on the
-workers and read back from the store), then trains on the client. Encoding runs on the client, reading the store.
+workers and read back from the store), then trains on the client. A global preset's vectors are then encoded by the
+workers (:func:`encode_on_cluster`: the model loaded once per worker from the index's ``model/`` folder), which also
+return each image's feature count and size for the catalog; other kinds encode on the client.
 
 Search on a cluster: :class:`RemoteShards` loads each shard of a sharded index (:mod:`retrieval.app.shards`) on a
 worker from the shared index folder and keeps it in that worker's memory; a query is one small task per shard
