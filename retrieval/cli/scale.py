@@ -9,7 +9,7 @@ from retrieval.cli.groups import bench
 from retrieval.cli.options import json_option
 
 
-def cluster_option(help: str = "Run the extraction on the Dask cluster whose scheduler is at ADDRESS "
+def cluster_option(help: str = "Run the extraction (and encoding) on the Dask cluster whose scheduler is at ADDRESS "
                                "(tcp://HOST:PORT; default: $RETRIEVAL_DASK_SCHEDULER); workers must reach the "
                                "photos and the index folder at the same paths."):
     """``--cluster ADDRESS`` (parameter ``cluster``)."""
