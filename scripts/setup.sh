@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: Debian packages, .venv, cyvlfeat built against the system VLFeat (wheel cached),
-# then `pip install -e .[dev,bench]`. Prints what it does; a second run only checks.
+# then `pip install -e .[dev,bench,cluster]`. Prints what it does; a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -76,8 +76,8 @@ if ! $PY -c 'import cyvlfeat' 2>/dev/null; then
     say "cyvlfeat installed from cached wheel"
   fi
 fi
-say "pip install -e .[dev,bench]"
-$PIP install -q -e ".[dev,bench]"
+say "pip install -e .[dev,bench,cluster]"
+$PIP install -q -e ".[dev,bench,cluster]"
 echo "$want" > "$stamp"
 generic_models
 say "done: $($PY -c 'import retrieval; print("retrieval", retrieval.__version__)')"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from retrieval.app.integrity import DamagedError, check_folder
-from retrieval.engine.pipeline import make_backend
+from retrieval.app.shards import make_index_backend, shard_count
 
 logger = logging.getLogger("retrieval.app.index")
 
@@ -78,7 +78,7 @@ class GenerationsMixin:
         building on an older state would lose what the catalog says is indexed."""
         if self._backend is not None and self._backend_gen == gen:
             return self._backend
-        backend = make_backend(self.preset)
+        backend = make_index_backend(self.preset, shard_count(self.catalog))
         if not self._load_model_into(backend):
             if gen:
                 raise ValueError(f"{self.path}: the model folder is missing; the index is damaged.")
@@ -88,6 +88,8 @@ class GenerationsMixin:
             self._load_intact_state(backend, gen, fallback)
         else:
             backend.load_state(None)
+        if fallback and getattr(self, "_search_client", None) is not None and hasattr(backend, "use_remote"):
+            backend.use_remote(self._search_client)   # a sharded index searched on a cluster's workers
         self._backend, self._backend_gen = backend, gen
         return backend
 

@@ -50,6 +50,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
     walk_photos,
 )
 from retrieval.app.integrity import CATALOG_BACKUP, write_manifest
+from retrieval.app.shards import check_shards, shard_count
 from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
 from retrieval.core.threads import single_threaded_blas
@@ -80,11 +81,12 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         self._backend = None
         self._backend_gen = None
         self._extractor = None
+        self._client = None   # a dask.distributed Client during a sync (retrieval.app.cluster)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, path, preset="default", model=None, train_images=None, *, feature_store=None,
-               exist_ok: bool = False, train_on: str = "auto") -> Index:
+               exist_ok: bool = False, train_on: str = "auto", shards: int = 1) -> Index:
         """Create an empty index folder for ``preset``.
 
         Parameters
@@ -99,12 +101,14 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         exist_ok : bool — open an existing index built with the same preset instead of failing
         train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
             (:mod:`retrieval.app.generic_models`; auto: the generic model below 100 images)
+        shards : int — shards of the searchable state (:mod:`retrieval.app.shards`), fixed at creation
         """
         path = Path(path)
         preset = load_preset(preset)
         check_available(preset)
         if train_on not in TRAIN_ON:
             raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}; got {train_on!r}.")
+        shards = check_shards(preset, shards)
         if (path / "catalog.db").exists():
             if not exist_ok:
                 raise ValueError(f"{path}: an index already exists here (use Index.open, or another folder).")
@@ -113,6 +117,9 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 raise ValueError(f"{path}: this index was built with preset {idx.preset['name']!r} version "
                                  f"{idx.preset['version']}, not {preset['name']!r} version {preset['version']}; "
                                  f"use another --index folder or delete this one.")
+            if shards != 1 and shards != shard_count(idx.catalog):
+                raise ValueError(f"{path}: this index has {shard_count(idx.catalog)} shard(s); --shards is fixed "
+                                 f"when an index is created (got {shards}).")
             return idx
         if path.exists() and any(not p.name.startswith("catalog.db.tmp") for p in path.iterdir()):
             raise ValueError(f"{path}: folder exists and is not empty; refusing to create an index in it.")
@@ -127,7 +134,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                      preset_digest=preset_digest(preset), library_version=__version__,
                      feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
                      train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
-                     model=None, train_on=train_on)
+                     model=None, train_on=train_on, shards=shards)
         cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
         cat.close()
         os.replace(tmp, path / "catalog.db")
@@ -177,7 +184,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
     # ------------------------------------------------------------------ sync
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
              progress: bool = False, add_root: bool = False, replace_root: bool = False,
-             prune: bool = False) -> SyncReport:
+             prune: bool = False, cluster=None) -> SyncReport:
         """Bring the index in line with a photo folder (or an explicit list of image paths).
 
         New and changed files (size, mtime, then content hash) are extracted and added, deleted files dropped,
@@ -187,14 +194,17 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         says what failed). Everything is committed in one catalog transaction (module docstring); a sync stopped
         by an error commits nothing and its run is marked ``failed``. A folder sync follows the index's folders
         (:mod:`retrieval.app.index_roots`: ``add_root`` / ``replace_root`` for another folder); one that would
-        remove more than half of the indexed images needs ``prune``.
+        remove more than half of the indexed images needs ``prune``. ``cluster``: a Dask client (:mod:`.cluster`).
         """
         with self._writer_lock():
+            self._client = cluster
             try:
                 return self._sync(folder_or_paths, workers, progress, add_root, replace_root, prune)
             except Exception:
                 self.catalog.end_running_runs("failed")   # nothing was committed; the run must not stay 'running'
                 raise
+            finally:
+                self._client = None
 
     def _sync(self, folder_or_paths, workers, progress, add_root, replace_root, prune) -> SyncReport:
         t0 = t_stage = time.perf_counter()
@@ -322,7 +332,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
             new_rows.append(row)
         feats = LazyFeatures(store, key, [hashes[p] for p in add_paths])
         cb, close = progress_callback(progress and len(add_ids) > 0, "encoding", len(add_ids))
-        backend.add(np.asarray(add_ids, np.int64), feats, progress=cb)
+        self._add(backend, np.asarray(add_ids, np.int64), feats, cb)
         close()
         for j, (row, p) in enumerate(zip([r for r in new_rows if r["status"] == "indexed"], add_paths, strict=True)):
             n_feat, (width, height) = feats.meta(j)

@@ -32,7 +32,12 @@ class IndexBuildMixin:
             return
         cb, close = progress_callback(progress, "extracting", len(paths))
 
-        results = extract_many(paths, extractor, workers=workers)
+        if getattr(self, "_client", None) is not None:   # workers write the store (retrieval.app.cluster)
+            from retrieval.app.cluster import extract_on_cluster
+
+            results = extract_on_cluster(self._client, paths, [hashes[p] for p in paths], store, extractor)
+        else:
+            results = extract_many(paths, extractor, workers=workers)
         done = 0
         for i, res in results:
             p = paths[i]
@@ -40,7 +45,7 @@ class IndexBuildMixin:
                 reason = getattr(res, "reason", None) or str(res)
                 report.errors.append((p, reason))
                 logger.warning("cannot read %s: %s", p, reason)
-            else:
+            elif res is not None:
                 store.put(hashes[p], res, extractor.config_key)
             done += 1
             if done == 1 or done == len(paths) // 2:
@@ -48,6 +53,24 @@ class IndexBuildMixin:
             if cb:
                 cb(done, len(paths))
         close()
+
+    def _add(self, backend, ids, feats, progress) -> None:
+        """``backend.add``; on a cluster, a global backend's vectors are encoded by the workers
+        (:func:`retrieval.app.cluster.encode_on_cluster`), which also record each image's feature count and size
+        in ``feats`` (the client then reads no feature)."""
+        from retrieval.app.shards import ShardedBackend
+        from retrieval.engine.global_backend import GlobalBackend
+
+        if getattr(self, "_client", None) is None or type(backend) not in (GlobalBackend, ShardedBackend) \
+                or len(ids) == 0:
+            backend.add(ids, feats, progress=progress)
+            return
+        from retrieval.app.cluster import encode_on_cluster
+
+        V, meta = encode_on_cluster(self._client, self.preset, self._model_dir(), feats.store, feats.key, feats.hashes,
+                                    progress=progress)
+        feats._meta.update(enumerate(meta))
+        backend.add_vectors(ids, V)
 
     def _use_generic_model(self, rows, to_add, failed, gen) -> bool:
         """Import the generic model (:mod:`retrieval.app.generic_models`) when the index's training policy

@@ -21,7 +21,13 @@ logger = logging.getLogger("retrieval.app.index")
 
 
 class QueryMixin:
-    """``query_features``: an indexed image (path or id) or any image file."""
+    """``query_features``: an indexed image (path or id) or any image file; ``use_cluster``."""
+
+    def use_cluster(self, client) -> None:
+        """Search a sharded index on the workers of a Dask ``client`` (:mod:`retrieval.app.cluster`): each shard
+        is loaded by a worker from the (shared) index folder and kept in its memory; None: in this process."""
+        self._search_client = client
+        self._backend = None
 
     def query_features(self, image):
         """Features of a query: an indexed image (path or id; from the feature store) or any image file.

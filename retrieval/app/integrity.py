@@ -107,8 +107,8 @@ def repair_index(idx) -> dict:
     import numpy as np
 
     from retrieval.app.index_support import LazyFeatures
+    from retrieval.app.shards import make_index_backend, shard_count
     from retrieval.core.persistence import crash_point, fsync_dir
-    from retrieval.engine.pipeline import make_backend
 
     report = check_index(idx)
     out = {"repaired": [], "could_not": []}
@@ -134,7 +134,7 @@ def repair_index(idx) -> dict:
             out["could_not"].append(f"{len(missing)} images have no features in the store (first: {missing[0]}): "
                                     f"run 'retrieval index' to extract them again")
             return out
-        backend = make_backend(idx.preset)
+        backend = make_index_backend(idx.preset, shard_count(idx.catalog))
         idx._load_model_into(backend)
         backend.load_state(None)
         backend.add(np.asarray([r["id"] for r in indexed], np.int64), LazyFeatures(store, key, [r["hash"] for r in indexed]))

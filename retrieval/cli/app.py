@@ -15,6 +15,7 @@ import click
 
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.scale import cluster_option, open_client, shards_option
 
 DEFAULT_INDEX = "retrieval-index"
 
@@ -53,6 +54,8 @@ def _quiet(ctx, quiet: bool) -> bool:
               help="Refuse larger images (decompression guard) [default: the preset's features.max_megapixels, "
                    "150].")
 @workers_option()
+@cluster_option()
+@shards_option
 @click.option("--add-root", is_flag=True, help="PHOTO_DIR is another folder: follow it as well as the index's.")
 @click.option("--replace-root", is_flag=True,
               help="PHOTO_DIR is another folder: follow only it (the other folders' images are dropped).")
@@ -67,7 +70,7 @@ def _quiet(ctx, quiet: bool) -> bool:
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              add_root, replace_root, prune, include, strict, skip_errors, quiet, as_json):
+              cluster, shards, add_root, replace_root, prune, include, strict, skip_errors, quiet, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -85,12 +88,12 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
                                    f"({', '.join(e[1:] for e in IMAGE_EXTENSIONS)}; hidden files are skipped).")
     from pathlib import Path
 
+    client = open_client(ctx, cluster)   # before anything is created: a wrong address changes nothing
     if preset is None and (Path(index_dir) / "catalog.db").exists():
         idx = Index.open(index_dir)
     else:
         idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
-                           train_on=train_on,
-                           exist_ok=True)
+                           train_on=train_on, shards=shards or 1, exist_ok=True)
     if model_dir and idx.catalog.get_meta("model") is None:
         idx._import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
@@ -101,7 +104,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
     report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet), add_root=add_root,
-                      replace_root=replace_root, prune=prune)
+                      replace_root=replace_root, prune=prune, cluster=client)
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
@@ -158,7 +161,10 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
-def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank, qe):
+@cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
+                "$RETRIEVAL_DASK_SCHEDULER].")
+@click.pass_context
+def query_cmd(ctx, image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank, qe, cluster):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
@@ -168,6 +174,7 @@ def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rera
 
     idx = Index.open(_index_dir(index_dir))
     kwargs = {} if alpha is None else {"alpha": alpha}
+    idx.use_cluster(open_client(ctx, cluster))
     hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
     _print_hits(hits, as_json)
     if html_path:

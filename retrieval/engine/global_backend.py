@@ -262,6 +262,15 @@ class GlobalBackend(Backend):
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
 
+    def add_vectors(self, ids, vectors) -> None:
+        """Append vectors already encoded by :meth:`encode` with this model (e.g. by the workers of a cluster)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        self._vectors = append_rows(self._vectors, np.asarray(vectors, dtype=np.float32))
+        self._ids = np.concatenate([self._ids, ids])
+        self.ivf = None  # rebuilt at save time
+
     def remove(self, ids) -> None:
         keep = self._kept_rows(ids)
         if keep is None:

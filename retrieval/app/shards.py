@@ -1,0 +1,270 @@
+"""A sharded index: the codes and ids of a ``global`` preset split into S shards by a stable hash of the image id.
+
+``retrieval index PHOTO_DIR --shards S`` stores S in the catalog (meta ``shards``) when the index is created. A
+generation folder of a sharded index holds ``state.json`` (``sharded: S``) and one folder per shard,
+``shard-000`` ... , each a complete generation state of the ``global`` backend (``ids.npy``, ``vectors.npy`` and,
+from ``index.min_images`` images on, ``ivfadc/``) holding the images with :func:`shard_of` ``(id) == s``.
+
+The IVFADC quantisers are trained once, on the whole collection exactly as the unsharded index trains them; each
+shard fills its own inverted lists with them. A search sends the query vector to every shard
+(:func:`shard_top`: in this process, or on the workers of a Dask cluster through
+:class:`retrieval.app.cluster.RemoteShards`); each returns its best candidates, and :func:`merge_tops` keeps the
+global best: IVFADC candidates by (ADC distance, id) up to ``index.shortlist``, then the top ``k`` by (exact inner
+product descending, id) -- the unsharded index's ordering, so the ranked lists are the same. Spatial re-ranking and
+query expansion then run on the client, unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.core.persistence import fsync_dir
+from retrieval.engine.backend import (
+    STATE_FORMAT,
+    STATE_FORMAT_VERSION,
+    write_npy,
+    write_state_header,
+)
+from retrieval.engine.global_backend import GlobalBackend
+from retrieval.engine.hits import Hit, similarity_from_ip
+from retrieval.engine.pipeline import make_backend
+
+MAX_SHARDS = 4096
+
+logger = logging.getLogger(__name__)
+
+
+def shard_of(ids, n_shards: int) -> np.ndarray:
+    """The shard (0 .. n_shards - 1) of each image id: splitmix64 of the id modulo ``n_shards`` -- stable across
+    runs, machines and library versions, and spreading consecutive ids evenly."""
+    z = np.asarray(ids, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(n_shards)).astype(np.int64)
+
+
+def check_shards(preset: dict, n_shards) -> int:
+    """``n_shards`` as an int, refused (ValueError, one line) below 1, above :data:`MAX_SHARDS`, or > 1 for a preset
+    whose backend cannot be sharded (only ``global`` presets with ``index.type`` exhaustive / ivfadc can)."""
+    if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or not 1 <= n_shards <= MAX_SHARDS:
+        raise ValueError(f"--shards must be an integer from 1 to {MAX_SHARDS}; got {n_shards!r}.")
+    if n_shards > 1 and type(make_backend(preset)) is not GlobalBackend:
+        raise ValueError(f"--shards {n_shards}: preset {preset['name']!r} (kind {preset['kind']}) cannot be sharded; "
+                         f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default).")
+    return int(n_shards)
+
+
+def make_index_backend(preset: dict, n_shards: int = 1):
+    """The backend of an index: :func:`make_backend`, or a :class:`ShardedBackend` when ``n_shards`` > 1."""
+    if n_shards > 1:
+        return ShardedBackend(preset, n_shards)
+    return make_backend(preset)
+
+
+def load_shard(preset: dict, folder) -> GlobalBackend:
+    """One shard's state (no model: only ``first_stage`` data is used)."""
+    shard = GlobalBackend(preset)
+    shard.load_state(Path(folder))
+    return shard
+
+
+def shard_top(shard: GlobalBackend, q: np.ndarray, k: int, short: int) -> tuple:
+    """One shard's candidates for the query vector ``q``: ``(ids, ip, adc)`` -- without IVFADC the top ``k`` ids by
+    (inner product descending, id) and ``adc`` None; with IVFADC its ``short`` best ids by ADC distance, their
+    distances ``adc`` and exact inner products ``ip`` (the client keeps the global best ``short``)."""
+    ids = shard._ids
+    n = len(ids)
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.float64), None
+    if shard.ivf is not None:
+        D, cand = shard.ivf.search(q[None, :], min(short, n))
+        keep = cand[0] >= 0
+        cand, D = cand[0][keep], D[0][keep]
+        rows = np.searchsorted(ids, cand)   # a shard's ids are stored in increasing order
+        out_ip = np.asarray(shard._vectors[np.sort(rows)] @ q, np.float64)[np.argsort(np.argsort(rows))]
+        return cand.astype(np.int64), out_ip, D.astype(np.float64)
+    scores = np.asarray(shard._vectors @ q, dtype=np.float64)
+    kk = min(k, n)
+    top = np.argpartition(-scores, kk - 1)[:kk]
+    top = top[np.lexsort((ids[top], -scores[top]))]
+    return ids[top].astype(np.int64), scores[top], None
+
+
+def merge_tops(tops, k: int, short: int) -> list[Hit]:
+    """The global top ``k`` from every shard's :func:`shard_top`, as first-stage hits (``similarity`` =
+    ``(1 + ip) / 2``), ordered as the unsharded index orders them (ties by id)."""
+    ids = np.concatenate([t[0] for t in tops]) if tops else np.empty(0, np.int64)
+    ip = np.concatenate([t[1] for t in tops]) if tops else np.empty(0, np.float64)
+    if len(ids) == 0:
+        return []
+    if any(t[2] is not None for t in tops):
+        adc = np.concatenate([t[2] for t in tops if t[2] is not None])
+        keep = np.lexsort((ids, adc))[:short]
+        ids, ip = ids[keep], ip[keep]
+    order = np.lexsort((ids, -ip))[:k]
+    sims = similarity_from_ip(ip[order])
+    return [Hit(int(i), float(s), similarity=float(s)) for i, s in zip(ids[order], sims, strict=True)]
+
+
+class ShardedBackend(GlobalBackend):
+    """The ``global`` backend whose searchable state is split into ``n_shards`` shards (module docstring).
+
+    The model (training, encoding, spatial re-ranking, query expansion) is the ``global`` backend's. Adding and
+    removing work on the whole collection's ids and vectors, assembled from the shards when a writer first needs
+    them; searching reads only the shards, in this process or on a cluster (:meth:`use_remote`).
+    """
+
+    def __init__(self, preset: dict, n_shards: int):
+        super().__init__(preset)
+        self.n_shards = int(n_shards)
+        self.shards: list[GlobalBackend] = []
+        self.folders: list[Path] = []
+        self.remote = None
+        self._assembled = True
+
+    # ------------------------------------------------------------------ state
+    def _assemble(self) -> None:
+        """Whole-collection ``_ids`` / ``_vectors`` from the loaded shards, by id (a writer's view)."""
+        if self._assembled:
+            return
+        ids = np.concatenate([s._ids for s in self.shards]) if self.shards else np.empty(0, np.int64)
+        order = np.argsort(ids, kind="stable")
+        self._ids = ids[order]
+        if self.shards and len(ids):
+            self._vectors = np.concatenate([np.asarray(s._vectors) for s in self.shards])[order]
+        else:
+            self._vectors = None
+        self._assembled = True
+
+    @property
+    def ids(self) -> np.ndarray:
+        if not self._assembled:
+            return np.sort(np.concatenate([s._ids for s in self.shards]))
+        return self._ids
+
+    def add(self, ids, features, progress=None) -> None:
+        self._assemble()
+        super().add(ids, features, progress=progress)
+
+    def add_vectors(self, ids, vectors) -> None:
+        self._assemble()
+        super().add_vectors(ids, vectors)
+
+    def remove(self, ids) -> None:
+        self._assemble()
+        super().remove(ids)
+
+    def save_state(self, folder: Path) -> None:
+        self._assemble()
+        folder = Path(folder)
+        vectors = np.zeros((0, self.dim), np.float32) if self._vectors is None else np.asarray(self._vectors)
+        ix = self.config.index
+        ivf = self._build_ivfadc(vectors) if ix.type == "ivfadc" and len(self._ids) >= ix.min_images else None
+        which = shard_of(self._ids, self.n_shards)
+        for s in range(self.n_shards):
+            rows = np.flatnonzero(which == s)
+            rows = rows[np.argsort(self._ids[rows], kind="stable")]
+            sub = folder / f"shard-{s:03d}"
+            sub.mkdir()
+            write_npy(sub / "ids.npy", self._ids[rows])
+            write_npy(sub / "vectors.npy", vectors[rows])
+            if ivf is not None:
+                part = copy.copy(ivf)
+                part._init_storage()
+                part._term2, part._cnorms = None, None
+                part.add(vectors[rows], ids=self._ids[rows])
+                part.save(sub / "ivfadc")
+            write_state_header(sub, self.kind, ntotal=int(len(rows)), dim=int(vectors.shape[1]),
+                               ivfadc=ivf is not None)
+            fsync_dir(sub)
+        write_state_header(folder, self.kind, ntotal=int(len(self._ids)), dim=int(vectors.shape[1]),
+                           ivfadc=ivf is not None, sharded=self.n_shards)
+        self.ivf = ivf   # the writer's in-memory view searches like the unsharded index until reloaded
+
+    def load_state(self, folder: Path | None) -> None:
+        self._close_remote()
+        if folder is None:
+            super().load_state(None)
+            self.shards, self.folders, self._assembled = [], [], True
+            return
+        folder = Path(folder)
+        header = json.loads((folder / "state.json").read_text("utf-8"))
+        if header.get("format") != STATE_FORMAT or header.get("format_version") != STATE_FORMAT_VERSION or \
+                header.get("sharded") != self.n_shards:
+            raise ValueError(f"{folder}: not a state of {self.n_shards} shards (state.json: format "
+                             f"{header.get('format')!r} version {header.get('format_version')!r}, sharded "
+                             f"{header.get('sharded')!r}).")
+        self.folders = [folder / f"shard-{s:03d}" for s in range(self.n_shards)]
+        self.shards = [load_shard(self.preset, f) for f in self.folders]
+        self._ids, self._vectors, self.ivf = np.empty(0, np.int64), None, None
+        self._assembled = False
+
+    # ------------------------------------------------------------------ search
+    def use_remote(self, client) -> None:
+        """Search on the workers of a Dask ``client``: each shard is loaded and held by a worker."""
+        from retrieval.app.cluster import RemoteShards
+
+        self._close_remote()
+        if self.folders:
+            self.remote = RemoteShards(client, self.preset, self.folders, load_shard, shard_top)
+
+    def _close_remote(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
+
+    def first_stage(self, q: np.ndarray, k: int) -> list[Hit]:
+        if self._assembled:   # a writer's in-memory state (not saved yet): the unsharded first stage
+            return super().first_stage(q, k)
+        short = max(k, self.config.index.shortlist)
+        if self.remote is not None:
+            tops = self._remote_top(q, k, short)
+        else:
+            tops = [shard_top(s, q, k, short) for s in self.shards]
+        n = sum(len(s._ids) for s in self.shards)
+        return merge_tops(tops, k, min(short, n))
+
+    def _remote_top(self, q, k, short, attempts: int = 3) -> list:
+        """The shards' candidates from the workers; a lost worker's shards are loaded again (up to ``attempts``
+        tries, the scheduler needing a moment to notice the loss)."""
+        client = self.remote.client
+        for attempt in range(attempts):
+            try:
+                if self.remote is None:
+                    self.use_remote(client)
+                return self.remote.top(q, k, short)
+            except Exception:  # noqa: BLE001 - an actor's worker was lost
+                if attempt == attempts - 1:
+                    raise
+                logger.warning("a worker holding shards was lost; loading the shards again")
+                time.sleep(0.5 * attempt)
+                try:
+                    self.use_remote(client)
+                except Exception:  # noqa: BLE001 - the lost worker was chosen again: next attempt
+                    continue
+        raise AssertionError("unreachable")
+
+    def _vectors_of(self, ids, get_features) -> np.ndarray:
+        if self._assembled:
+            return super()._vectors_of(ids, get_features)
+        which = shard_of(ids, self.n_shards)
+        out = np.empty((len(ids), self.dim), np.float32)
+        for j, (i, s) in enumerate(zip(ids, which, strict=True)):
+            shard = self.shards[int(s)]
+            out[j] = shard._vectors[int(np.flatnonzero(shard._ids == int(i))[0])]
+        return out
+
+
+def shard_count(catalog) -> int:
+    """The index's number of shards (catalog meta ``shards``; 1 for an index made without ``--shards``)."""
+    return int(catalog.get_meta("shards") or 1)
+
