@@ -474,32 +474,5 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
             out.append(replace(hit, rank=len(out) + 1, path=r["path"]))
         return out
 
-    # ------------------------------------------------------------------ info
-    def info(self) -> dict:
-        """Summary: preset, model, counts by status, generation, last runs, folder size."""
-        gen, rows = self.catalog.snapshot()
-        counts = {}
-        for r in rows:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
-        size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
-        runs = self.catalog.runs()
-        if runs and runs[-1]["status"] == "running" and not self._writer_active():
-            runs[-1]["status"] = "interrupted"   # left 'running' by a killed process
-        return {
-            "index": str(self.path.resolve()),
-            "preset": {"name": self.preset["name"], "version": self.preset["version"], "kind": self.preset["kind"]},
-            "model": self.catalog.get_meta("model"),
-            "generation": gen,
-            "images": len(rows),
-            "indexed": counts.get("indexed", 0),
-            "errors": counts.get("error", 0),
-            "error_files": [{"path": r["path"], "error": r["error"]} for r in rows if r["status"] == "error"],
-            "roots": self.roots,
-            "excluded": self.excluded,
-            "bytes_on_disk": int(size),
-            "runs": len(runs),
-            "last_run": runs[-1] if runs else None,
-        }
-
     def close(self) -> None:
         self.catalog.close()

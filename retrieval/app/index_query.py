@@ -1,4 +1,5 @@
-"""The query side of :class:`retrieval.app.index.Index` (a mixin): the features of a query image.
+"""The query side of :class:`retrieval.app.index.Index` (a mixin): the features of a query image, and ``info``
+(the index's summary).
 
 An indexed image named by path or id is answered from the feature store, unless its file changed since it was
 indexed (size or modification time, then content hash): then its current content is used, with a warning; a file
@@ -21,7 +22,7 @@ logger = logging.getLogger("retrieval.app.index")
 
 
 class QueryMixin:
-    """``query_features``: an indexed image (path or id) or any image file; ``use_cluster``."""
+    """``query_features``: an indexed image (path or id) or any image file; ``use_cluster``; ``info``."""
 
     def use_cluster(self, client) -> None:
         """Search a sharded index on the workers of a Dask ``client`` (:mod:`retrieval.app.cluster`): each shard
@@ -100,3 +101,30 @@ class QueryMixin:
             return file_hash(row["path"]) != row["hash"]
         except OSError:
             return False
+
+    # ------------------------------------------------------------------ info
+    def info(self) -> dict:
+        """Summary: preset, model, counts by status, generation, last runs, folder size."""
+        gen, rows = self.catalog.snapshot()
+        counts = {}
+        for r in rows:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        runs = self.catalog.runs()
+        if runs and runs[-1]["status"] == "running" and not self._writer_active():
+            runs[-1]["status"] = "interrupted"   # left 'running' by a killed process
+        return {
+            "index": str(self.path.resolve()),
+            "preset": {"name": self.preset["name"], "version": self.preset["version"], "kind": self.preset["kind"]},
+            "model": self.catalog.get_meta("model"),
+            "generation": gen,
+            "images": len(rows),
+            "indexed": counts.get("indexed", 0),
+            "errors": counts.get("error", 0),
+            "error_files": [{"path": r["path"], "error": r["error"]} for r in rows if r["status"] == "error"],
+            "roots": self.roots,
+            "excluded": self.excluded,
+            "bytes_on_disk": int(size),
+            "runs": len(runs),
+            "last_run": runs[-1] if runs else None,
+        }

@@ -267,7 +267,7 @@ class GlobalBackend(Backend):
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) == 0:
             return
-        self._vectors = append_rows(self._vectors, np.asarray(vectors, dtype=np.float32))
+        self._vectors = append_rows(self._vectors, np.asarray(vectors, dtype=VECTOR_DTYPE))
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
 
