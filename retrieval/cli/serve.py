@@ -11,6 +11,7 @@ import click
 from retrieval.cli.app import _index_dir, _index_option
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.scale import cluster_option, open_client
 
 
 def is_loopback(host: str) -> bool:
@@ -55,7 +56,10 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
               help="Uploaded images with more pixels are refused (413) [default: the preset's "
                    "features.max_megapixels, 150].")
-def serve_cmd(index_dir, host, port, token, threads, max_upload_mb, max_megapixels):
+@cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
+                "$RETRIEVAL_DASK_SCHEDULER]; they read the index folder at the same path.")
+@click.pass_context
+def serve_cmd(ctx, index_dir, host, port, token, threads, max_upload_mb, max_megapixels, cluster):
     """Serve the index: a web page (browse the photos, draw a box, see the verified results and their matches)
     and a JSON API (OpenAPI page at /docs).
 
@@ -69,18 +73,20 @@ def serve_cmd(index_dir, host, port, token, threads, max_upload_mb, max_megapixe
         raise click.ClickException(f"--host {host} is not a loopback address: give --token TOKEN (or set "
                                    f"RETRIEVAL_TOKEN); every request must then carry it.")
     index_dir = _index_dir(index_dir)
+    client = open_client(ctx, cluster)   # a wrong address: one line, exit 1, before anything starts
     import uvicorn
 
     from retrieval.web.app import create_app
     from retrieval.web.service import Service
 
     svc = Service(index_dir, workers=threads, max_upload_bytes=int(max_upload_mb * 1e6),
-                  max_megapixels=max_megapixels)
+                  max_megapixels=max_megapixels, cluster=client)
     app = create_app(svc, token=token)
     sock = bind(host, port)
     actual = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     click.echo(f"serving {svc.path} on http://{shown}:{actual}/ ({svc.workers} search threads"
+               f"{', shards searched on the cluster' if client is not None else ''}"
                f"{', token required' if token else ''}; API docs at /docs); Ctrl-C stops", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30))
     server.run(sockets=[sock])

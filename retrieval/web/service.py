@@ -93,11 +93,14 @@ class Service:
     max_upload_bytes : int — larger uploads are refused (413)
     max_megapixels : float or None — larger images are refused (413); default: the preset's
         ``features.max_megapixels`` (the CLI's guard)
+    cluster : ``distributed.Client`` or None — search a sharded index's shards on the cluster's workers
+        (:meth:`Index.use_cluster <retrieval.app.index.Index.use_cluster>`); None: in this process
     """
 
     def __init__(self, index_path, *, workers: int | None = None, max_upload_bytes: int = 20_000_000,
-                 max_megapixels: float | None = None):
+                 max_megapixels: float | None = None, cluster=None):
         self.path = Path(index_path).resolve()
+        self.cluster = cluster
         first = Index.open(self.path)   # refuses a folder that is not an index (one line)
         feats = preset_config(first.preset).features
         first.close()
@@ -121,6 +124,8 @@ class Service:
         idx = getattr(self._local, "index", None)
         if idx is None:
             idx = ServedIndex.open(self.path)
+            if self.cluster is not None:
+                idx.use_cluster(self.cluster)
             idx.shared = self.shared
             self._local.index = idx
             self._all.append(idx)

@@ -237,3 +237,27 @@ def test_cli_index_and_query_with_cluster_and_shards(tmp_path, cluster, photos, 
     os.kill(pids[sorted(pids)[0]], signal.SIGKILL)
     assert ranked(idx, queries[:1], rerank="none") == want
     client.wait_for_workers(2, timeout=60)
+
+
+def test_served_sharded_index_searches_its_shards_on_the_cluster(tmp_path, cluster, photos, reference):
+    """'retrieval serve --cluster': a sharded index served with its shards held by the workers answers an HTTP
+    search with the unsharded index's list."""
+    import httpx
+    from web.web_support import ServerThread
+
+    _, client = cluster
+    folder, queries = photos
+    three = Index.create(tmp_path / "s3", preset=preset(), train_on="collection",
+                         feature_store=reference.store.folder, shards=3)
+    three.sync(folder, workers=1)
+    server = ServerThread(three.path, cluster=client)
+    try:
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            for q in queries[:2]:
+                qid = Index.open(three.path).catalog.row_by_path(str(q))["id"]
+                body = http.post("/api/search", data={"id": qid, "k": 8, "rerank": "none"}).json()
+                want = ranked(reference, [q], rerank="none")[0]
+                assert [(h["path"], h["score"]) for h in body["hits"]] == [(h[1], h[2]) for h in want]
+        assert all(idx._search_client is client for idx in server.service._all)
+    finally:
+        server.stop()
