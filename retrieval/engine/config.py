@@ -285,6 +285,9 @@ class IndexConfig(_Section):
     nbits: int = _key(8, "ivfadc, adc, ivfadc_adc: bits per sub-quantiser code", low=1, high=16,
                       used=_types("ivfadc", "adc", "ivfadc_adc"))
     shortlist: int = _key(256, "ivfadc: IVFADC candidates re-scored exactly", low=1, used=_types("ivfadc"))
+    vectors: str = _key("float32", "global: storage type of the stored global vectors (vectors.npy); float16 halves "
+                        "the bytes, inner products within 1e-3", kind=str, choices=("float32", "float16"),
+                        used=lambda section, kind: kind == "global")
     rotation: bool = _key(False, "random rotation after the PCA of the aggregated vector (as projection.rotation)",
                           kind=bool)
     embedding: str = _key("PCAEITQ", "binary: embedding (Gordo et al. 2014)", kind=str, choices=BINARY_EMBEDDINGS,

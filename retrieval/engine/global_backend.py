@@ -58,16 +58,12 @@ def sample_descriptors(descriptor_arrays: Sequence[np.ndarray], max_total: int, 
     return np.concatenate(out, axis=0)
 
 
-VECTOR_DTYPE = np.float16
-"""Storage type of the global vectors (``vectors.npy``); products are computed in float32."""
-
-
 class GlobalBackend(Backend):
     """One global vector per image: RootSIFT -> LocalPCA -> Fisher/VLAD -> (PCA) -> L2; exhaustive or IVFADC.
 
-    State arrays (generation folder): ``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') float16 (unit rows; the
-    relative error of an inner product stays below 1e-3, half the bytes of float32; generations written before
-    0.2 hold float32 and are read as they are),
+    State arrays (generation folder): ``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') unit rows of type
+    ``index.vectors`` (float32, or float16 for the ``default`` preset: half the bytes, inner products within 1e-3;
+    products are computed in float32; a generation is read in the type it was written in),
     and ``ivfadc/`` (:class:`retrieval.search.IVFADC`) once the collection reached ``index.min_images`` with
     ``index.type == "ivfadc"``.
     """
@@ -258,16 +254,20 @@ class GlobalBackend(Backend):
         if len(ids) == 0:
             return
         V = np.concatenate([V for _, V in self._encoded_chunks(features, progress)], axis=0)
-        self._vectors = append_rows(self._vectors, V.astype(VECTOR_DTYPE))
+        self._vectors = append_rows(self._vectors, V.astype(self._vector_dtype))
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
+
+    @property
+    def _vector_dtype(self):
+        return np.dtype(self.config.index.vectors)
 
     def add_vectors(self, ids, vectors) -> None:
         """Append vectors already encoded by :meth:`encode` with this model (e.g. by the workers of a cluster)."""
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) == 0:
             return
-        self._vectors = append_rows(self._vectors, np.asarray(vectors, dtype=VECTOR_DTYPE))
+        self._vectors = append_rows(self._vectors, np.asarray(vectors, dtype=self._vector_dtype))
         self._ids = np.concatenate([self._ids, ids])
         self.ivf = None  # rebuilt at save time
 
@@ -281,8 +281,8 @@ class GlobalBackend(Backend):
 
     def save_state(self, folder: Path) -> None:
         folder = Path(folder)
-        vectors = (np.zeros((0, self.dim), VECTOR_DTYPE) if self._vectors is None
-                   else np.asarray(self._vectors, dtype=VECTOR_DTYPE))
+        vectors = (np.zeros((0, self.dim), self._vector_dtype) if self._vectors is None
+                   else np.asarray(self._vectors, dtype=self._vector_dtype))
         write_npy(folder / "ids.npy", self._ids)
         write_npy(folder / "vectors.npy", vectors)
         vectors = vectors.astype(np.float32)

@@ -19,9 +19,10 @@ from retrieval.engine.presets import load_preset
 from retrieval.rerank.spatial import distinct_inliers, plausible_transform
 
 
-def backend_with(vectors, ids, **index):
+def backend_with(vectors, ids, search=None, **index):
     preset = load_preset("default")
     preset["index"] = dict(preset["index"], **index)
+    preset["search"] = dict(preset["search"], **(search or {}))
     b = GlobalBackend(preset)
     b._ids = np.asarray(ids, np.int64)
     b._vectors = np.asarray(vectors, np.float32)
@@ -222,7 +223,7 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     from retrieval.engine.hits import finish_ranking
 
     V, ids, _ = data
-    b = backend_with(V[:200], ids[:200])
+    b = backend_with(V[:200], ids[:200], search={"shortlist": 50})
     q = V[0].copy()  # the query is indexed image ids[0]
     first = finish_ranking(b.first_stage(q, 60), reranked=False)
     assert first[0].id == ids[0]

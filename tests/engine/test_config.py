@@ -60,8 +60,10 @@ def test_digest_is_computed_from_the_preset_as_given():
     # the bundled presets' digests as recorded by existing index folders (unchanged by the typed configuration)
     # default and compact: search.min_inliers 6 -> 9 (the calibrated verification threshold); query-time only,
     # so their version (which existing index folders are checked against) is unchanged; default: also
-    # search.query_expansion 0 -> 1 (query-time); object: version 2 (ASMK* scoring, binary signatures stored)
-    assert preset_digest(load_preset("default")) == "1c677e053f0dc1d0"
+    # search.query_expansion 0 -> 1 (query-time), then search.shortlist 50 -> 100 (query-time) and
+    # index.vectors float16 (new indexes; an index keeps the preset it was made with); object: version 2 (ASMK*
+    # scoring, binary signatures stored)
+    assert preset_digest(load_preset("default")) == "d60b859959b29b2f"
     assert preset_digest(load_preset("compact")) == "9e2330e82788e6d2"
     assert preset_digest(load_preset("object")) == "01e785e9f9113ec7"
 
