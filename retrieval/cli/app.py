@@ -32,8 +32,8 @@ def _index_dir(value) -> str:
     return path
 
 
-def _quiet(ctx, quiet: bool) -> bool:
-    return quiet or bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
+def _quiet(ctx) -> bool:
+    return bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
 
 
 @main.command("index")
@@ -63,11 +63,10 @@ def _quiet(ctx, quiet: bool) -> bool:
 @click.option("--strict", is_flag=True, help="Exit 1 when any file could not be read (default: 0 once every file "
               "was handled; unreadable files are listed).")
 @click.option("--skip-errors", is_flag=True, hidden=True, help="Accepted for compatibility: exit 0 is the default.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              add_root, replace_root, prune, include, strict, skip_errors, quiet, as_json):
+              add_root, replace_root, prune, include, strict, skip_errors, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -100,7 +99,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         missing = sorted({os.path.abspath(os.path.expanduser(p)) for p in include} - set(back))
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
-    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet), add_root=add_root,
+    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx), add_root=add_root,
                       replace_root=replace_root, prune=prune)
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
@@ -329,9 +328,8 @@ def presets_cmd(show, as_json):
 @click.option("--out", "out_dir", default="demo-output", show_default=True, metavar="DIR",
               help="Where the demo photos, the index and the galleries go.")
 @click.option("--preset", default="default", show_default=True, help="Preset to demonstrate.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.pass_context
-def demo_cmd(ctx, out_dir, preset, quiet):
+def demo_cmd(ctx, out_dir, preset):
     """Build a demo photo folder (scikit-image's real photos + generated views), index it, run one image query
     and one box query, print both ranked lists and write the HTML galleries."""
     from pathlib import Path
@@ -348,7 +346,7 @@ def demo_cmd(ctx, out_dir, preset, quiet):
     click.echo(f"[demo] {n_files} photos in {photos} ({len(made['photos'])} scikit-image photos + generated "
                f"views: crops, rotations, scale changes, JPEG)", err=True)
     idx = Index.create(out / "index", preset=preset, exist_ok=True)
-    report = idx.sync(photos, progress=not _quiet(ctx, quiet))
+    report = idx.sync(photos, progress=not _quiet(ctx))
     click.echo(f"[demo] indexed {idx.catalog.count('indexed')} images in {report.seconds:.1f} s", err=True)
 
     q1 = made["views"]["coffee"][0] if "coffee" in made["views"] else made["photos"][0]
