@@ -15,6 +15,7 @@ import click
 
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.output import Output, format_options
 
 DEFAULT_INDEX = "retrieval-index"
 
@@ -132,13 +133,20 @@ def format_hit(h) -> str:
             f"{h.path}")
 
 
-def _print_hits(hits, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps([h.to_json() for h in hits], indent=2))
-        return
-    click.echo(QUERY_HEADER)
-    for h in hits:
-        click.echo(format_hit(h))
+HIT_COLUMNS = ["id", "rank", "score", "similarity", "verified", "inliers", "box", "distance", "path"]
+"""The columns of ``retrieval query --format csv``."""
+
+
+def _print_hits(hits, out: Output | bool) -> None:
+    if isinstance(out, bool):
+        out = Output("json" if out else "table")
+
+    def table():
+        click.echo(QUERY_HEADER)
+        for h in hits:
+            click.echo(format_hit(h))
+
+    out.records([h.to_json() for h in hits], columns=HIT_COLUMNS, table=table)
 
 
 @main.command("query")
@@ -147,7 +155,8 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
 @click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
-@json_option("Print a JSON list of {id, rank, path, score, inliers?, box?, similarity, verified, distance?}.")
+@format_options(json_help="Same as --format json: a JSON list of {id, rank, path, score, inliers?, box?, "
+                          "similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
 @click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
               "expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
@@ -157,7 +166,7 @@ def _print_hits(hits, as_json: bool) -> None:
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
-def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank, qe):
+def query_cmd(image, index_dir, bbox, k, out, html_path, method, alpha, rerank, qe):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
@@ -168,7 +177,7 @@ def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rera
     idx = Index.open(_index_dir(index_dir))
     kwargs = {} if alpha is None else {"alpha": alpha}
     hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
-    _print_hits(hits, as_json)
+    _print_hits(hits, out)
     if html_path:
         from retrieval.app.gallery import write_gallery
         from retrieval.features import parse_box
@@ -182,14 +191,19 @@ def query_cmd(image, index_dir, bbox, k, as_json, html_path, method, alpha, rera
 
 @main.command("info")
 @_index_option
-@json_option("Print the summary as JSON.")
-def info_cmd(index_dir, as_json):
-    """Summary of an index: preset, model, counts, unreadable files, last run."""
+@format_options(json_help="Same as --format json: the summary as one JSON object.")
+def info_cmd(index_dir, out):
+    """Summary of an index: preset, model, counts, unreadable files, last run. --format csv gives field,value
+    rows; --format paths the photo folders the index follows."""
     from retrieval.app.index import Index
 
     info = Index.open(_index_dir(index_dir)).info()
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
+    if out.fmt == "jsonl":
+        out.lines([info])
+        return
+    if not out.is_table:
+        out.records([{"field": k, "value": v} for k, v in info.items()], columns=["field", "value"], table=None,
+                    paths=info.get("roots", []), document=info)
         return
     p = info["preset"]
     click.echo(f"index      {info['index']}")
@@ -277,9 +291,10 @@ def remove_cmd(paths, index_dir):
 @_index_option
 @click.option("--status", type=click.Choice(["ok", "failed", "excluded", "all"]), default="all", show_default=True,
               help="Indexed images, unreadable files, files removed with 'remove', or all of them.")
-@json_option("One JSON object per line: id, path, status, size, features (and error).")
-def list_cmd(index_dir, status, as_json):
-    """The images of an index: id, status, size in bytes, number of local features, path (tab-separated)."""
+@format_options(json_help="Same as --format json: a JSON list of {id, path, status, size, features, error?}.")
+def list_cmd(index_dir, status, out):
+    """The images of an index: id, status, size in bytes, number of local features, path (a header line, then
+    tab-separated rows; the path last)."""
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
@@ -292,12 +307,14 @@ def list_cmd(index_dir, status, as_json):
                              "features": r["n_features"], **({"error": r["error"]} if r["error"] else {})})
     if status in ("excluded", "all"):
         rows += [{"id": None, "path": p, "status": "excluded", "size": None, "features": None} for p in idx.excluded]
-    for r in rows:
-        if as_json:
-            click.echo(json.dumps(r, ensure_ascii=False))
-        else:
-            click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in ("id", "status", "size", "features",
-                                                                           "path")))
+    cols = ("id", "status", "size", "features", "path")
+
+    def table():
+        click.echo("\t".join(cols))
+        for r in rows:
+            click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in cols))
+
+    out.records(rows, columns=[*cols, "error"], table=table)
 
 
 @main.command("presets")

@@ -10,6 +10,7 @@ import click
 
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import json_option
+from retrieval.cli.output import format_options
 
 
 def _parse_params(items) -> dict:
@@ -85,16 +86,18 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
                    "false-verification rate below 0.1 % on real unrelated pairs).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="Write a side-by-side picture of the inliers and A's outline in B (PNG or JPEG).")
-@json_option()
+@format_options(json_help="Same as --format json: {verified, reason, n_features, tentative, inliers, homography, "
+                          "params, image_a, image_b, seconds, out}.", dest="output")
 @click.pass_context
 def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method,
-              threshold, no_guided, min_inliers, out, as_json):
+              threshold, no_guided, min_inliers, out, output):
     """Match IMAGE_A to IMAGE_B: tentative matches, geometric verification, homography A -> B.
 
     The pair is verified by the library's one geometric verification (affine hypotheses from single
     Hessian-affine correspondences, local optimisation, degenerate models rejected, one-to-one inliers); a
     verified pair's homography is refined with OpenCV USAC (--method, --threshold). Exit code 0 when verified,
-    1 with "no geometric match" (JSON: verified false, homography null) otherwise.
+    1 with "no geometric match" (JSON: verified false, homography null) otherwise. --format csv gives one row,
+    --format paths the two images when verified (nothing otherwise).
 
     Homography and points are in pixels of the original images after EXIF orientation (centre of the top-left
     pixel = (0, 0)).
@@ -111,10 +114,12 @@ def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, par
         ia, ib = res.inlier_pairs[:, 0], res.inlier_pairs[:, 1]
         draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib], homography=res.homography,
                      out=out)
-    if as_json:
-        d = res.to_json()
-        d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
-        click.echo(json.dumps(d))
+    d = res.to_json()
+    d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
+    if not output.is_table:
+        output.records([d], columns=["image_a", "image_b", "verified", "reason", "tentative", "inliers",
+                                     "n_features", "homography", "seconds", "out"], table=None,
+                       paths=[str(image_a), str(image_b)] if res.verified else [], document=d)
     elif not res.verified:
         click.echo(f"no geometric match ({res.tentative} tentative matches; {res.reason})")
     else:
