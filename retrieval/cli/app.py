@@ -14,7 +14,15 @@ import time
 import click
 
 from retrieval.cli.groups import bench, main
-from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.options import (
+    check_image_file,
+    check_output_extension,
+    deprecated_alias,
+    echo_json,
+    json_option,
+    use_alias,
+    workers_option,
+)
 from retrieval.cli.output import Output, format_options
 
 DEFAULT_INDEX = "retrieval-index"
@@ -38,7 +46,7 @@ def _quiet(ctx) -> bool:
 
 
 @main.command("index")
-@click.argument("photo_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("photo_dir")
 @_index_option
 @click.option("--preset", default=None,
               help="Preset name (see 'retrieval presets') or a preset .json file, for a new index [default: "
@@ -154,29 +162,38 @@ def _print_hits(hits, out: Output | bool) -> None:
 @_index_option
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
-@click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
+@click.option("--top", "-k", "k", type=click.IntRange(1, None), default=10, show_default=True,
+              help="Number of results.")
 @format_options(json_help="Same as --format json: a JSON list of {id, rank, path, score, inliers?, box?, "
                           "similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
-@click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
-              "expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
+@click.option("--scoring", "method", default=None, help="How hits are scored, among the preset's choices (global: "
+              "ip; binary: hamming, expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
+@deprecated_alias("--method", "--scoring")
 @click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2, or the selectivity exponent of "
               "asmk (object presets).")
 @click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
-def query_cmd(image, index_dir, bbox, k, out, html_path, method, alpha, rerank, qe):
+def query_cmd(image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
     column never increases down the list (docs/formats.md, "Scores").
     """
+    method = use_alias(method, deprecated_method, "--method", "--scoring")
+    check_image_file(image)
+    check_output_extension(html_path, (".html", ".htm"), "--html")
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
     kwargs = {} if alpha is None else {"alpha": alpha}
-    hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
+    try:
+        hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
+    except ValueError as exc:   # the library names its parameter --method: the CLI's option is --scoring
+        msg = str(exc)
+        raise ValueError("--scoring" + msg[len("--method"):] if msg.startswith("--method ") else msg) from None
     _print_hits(hits, out)
     if html_path:
         from retrieval.app.gallery import write_gallery
@@ -321,9 +338,11 @@ def list_cmd(index_dir, status, out):
 @click.option("--show", "show", metavar="NAME", default=None,
               help="Print the effective configuration of preset NAME (a bundled name or a .json file): every key, "
                    "with the defaults it leaves unset filled in and marked '(default)'.")
+@click.option("--all", "show_all", is_flag=True, help="Also list the presets that reproduce published tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print the presets (or with --show, the configuration) as JSON.")
-def presets_cmd(show, as_json):
-    """List the bundled presets, whether each is available, and what a missing one needs."""
+def presets_cmd(show, show_all, as_json):
+    """List the presets for photo folders (with --all also those that reproduce papers), whether each is
+    available, and what a missing one needs. 'retrieval presets --show NAME' gives the full description."""
     from retrieval.engine.presets import describe_presets, effective_preset, format_preset
 
     if show is not None:
@@ -333,12 +352,10 @@ def presets_cmd(show, as_json):
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        state = "available" if r["available"] else "NOT AVAILABLE"
-        click.echo(f"{r['name']:10s} v{r['version']}  {r['kind']:7s} {state}")
-        click.echo(f"           {r['description']}")
-        for m in r["missing"]:
-            click.echo(f"           needs {m}")
+    from retrieval.cli.describe import presets_table
+
+    for line in presets_table(rows, show_all):
+        click.echo(line)
 
 
 @main.command("demo")

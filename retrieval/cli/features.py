@@ -9,7 +9,15 @@ from pathlib import Path
 import click
 
 from retrieval.cli.groups import bench, main
-from retrieval.cli.options import json_option
+from retrieval.cli.options import (
+    PICTURE_FORMATS,
+    check_image_file,
+    check_output_extension,
+    deprecated_alias,
+    json_option,
+    use_alias,
+    write_picture,
+)
 from retrieval.cli.output import format_options
 
 
@@ -48,6 +56,7 @@ def _extractor(detector, max_side, params, rotation_invariant=False):
 @json_option()
 def extract_cmd(image, detector, max_side, params, out, as_json):
     """Extract the local features of IMAGE: number of features and time."""
+    check_image_file(image)
     from retrieval.features.store import save_features
 
     ex = _extractor(detector, max_side, _parse_params(params))
@@ -76,32 +85,38 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Detector parameter, repeatable.")
 @click.option("--ratio", type=float, default=0.9, show_default=True, help="Lowe ratio test (1 = off).")
 @click.option("--no-mutual", is_flag=True, help="Do not require mutual nearest neighbours.")
-@click.option("--method", default="magsac", show_default=True,
+@click.option("--estimator", "method", default=None,
               type=click.Choice(["magsac", "usac_default", "usac_accurate", "ransac", "lmeds"]),
-              help="Robust homography estimator (OpenCV USAC).")
+              help="Robust homography estimator (OpenCV USAC)  [default: magsac]")
+@deprecated_alias("--method", "--estimator")
 @click.option("--threshold", type=float, default=3.0, show_default=True, help="Inlier threshold, pixels.")
 @click.option("--no-guided", is_flag=True, help="Skip the guided-matching stage.")
 @click.option("--min-inliers", type=int, default=None,
               help="One-to-one inliers needed to verify the pair (default: the calibrated DEFAULT_MIN_INLIERS, "
                    "false-verification rate below 0.1 % on real unrelated pairs).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
-              help="Write a side-by-side picture of the inliers and A's outline in B (PNG or JPEG).")
+              help="Write a side-by-side picture of the inliers and A's outline in B, in the format of the "
+                   "extension (png, jpg, gif, webp, bmp, tif).")
 @format_options(json_help="Same as --format json: {verified, reason, n_features, tentative, inliers, homography, "
                           "params, image_a, image_b, seconds, out}.", dest="output")
 @click.pass_context
 def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method,
-              threshold, no_guided, min_inliers, out, output):
+              threshold, no_guided, min_inliers, out, output, deprecated_method):
     """Match IMAGE_A to IMAGE_B: tentative matches, geometric verification, homography A -> B.
 
     The pair is verified by the library's one geometric verification (affine hypotheses from single
     Hessian-affine correspondences, local optimisation, degenerate models rejected, one-to-one inliers); a
-    verified pair's homography is refined with OpenCV USAC (--method, --threshold). Exit code 0 when verified,
+    verified pair's homography is refined with OpenCV USAC (--estimator, --threshold). Exit code 0 when verified,
     1 with "no geometric match" (JSON: verified false, homography null) otherwise. --format csv gives one row,
     --format paths the two images when verified (nothing otherwise).
 
     Homography and points are in pixels of the original images after EXIF orientation (centre of the top-left
     pixel = (0, 0)).
     """
+    method = use_alias(method, deprecated_method, "--method", "--estimator") or "magsac"
+    check_image_file(image_a, "IMAGE_A")
+    check_image_file(image_b, "IMAGE_B")
+    check_output_extension(out, PICTURE_FORMATS, "--out")
     from retrieval.rerank.draw import draw_matches
     from retrieval.rerank.matching import match_images
 
@@ -112,8 +127,8 @@ def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, par
     dt = time.perf_counter() - t0
     if out:
         ia, ib = res.inlier_pairs[:, 0], res.inlier_pairs[:, 1]
-        draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib], homography=res.homography,
-                     out=out)
+        write_picture(out, draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib],
+                                        homography=res.homography))
     d = res.to_json()
     d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
     if not output.is_table:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
 from click.testing import CliRunner
 from conftest import FEATURE_CACHE
 from helpers import make_pool, small_preset
@@ -19,9 +18,9 @@ def run(args, **kw):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kw)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cliworld")
+def build_world(d):
+    """Index 14 pool photos, an exact copy of one under a non-ASCII name with a space and an unreadable file
+    (the ``cli_world`` fixture of tests/conftest.py)."""
     pool = make_pool(d / "pool")
     photos = d / "photos"
     photos.mkdir()

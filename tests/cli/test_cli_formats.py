@@ -8,10 +8,7 @@ import csv
 import io
 import json
 
-import cli_world
 from cli_world import run
-
-world = cli_world.world
 
 
 def outputs(args):
@@ -46,8 +43,8 @@ def check_records(out, key="path"):
     return doc, rows
 
 
-def test_query_formats(world):
-    out = outputs(["query", world["photos"] / "img01.jpg", "--index", world["index"], "--top", "5"])
+def test_query_formats(cli_world):
+    out = outputs(["query", cli_world["photos"] / "img01.jpg", "--index", cli_world["index"], "--top", "5"])
     doc, rows = check_records(out)
     assert len(doc) == 5 and all(isinstance(d["id"], int) and d["rank"] == i + 1 for i, d in enumerate(doc))
     names = {d["path"].rsplit("/", 1)[-1] for d in doc[:2]}
@@ -63,8 +60,8 @@ def test_query_formats(world):
         assert cells[3] == ("yes" if d["verified"] else "no") and cells[6] == d["path"]
 
 
-def test_list_formats(world):
-    out = outputs(["list", "--index", world["index"]])
+def test_list_formats(cli_world):
+    out = outputs(["list", "--index", cli_world["index"]])
     doc, rows = check_records(out)
     assert {d["status"] for d in doc} == {"ok", "failed"}
     assert all(isinstance(d["id"], int) for d in doc)
@@ -75,20 +72,20 @@ def test_list_formats(world):
     assert [ln.split("\t")[-1] for ln in table[1:]] == [d["path"] for d in doc]
 
 
-def test_info_formats(world):
-    out = outputs(["info", "--index", world["index"]])
+def test_info_formats(cli_world):
+    out = outputs(["info", "--index", cli_world["index"]])
     doc = json.loads(out["json"])
     assert doc["indexed"] == 15 and doc["errors"] == 1
     assert [json.loads(ln) for ln in out["jsonl"].splitlines()] == [doc]
     rows = {r["field"]: r["value"] for r in csv.DictReader(io.StringIO(out["csv"]))}
     assert set(rows) == set(doc) and rows["indexed"] == "15"
     assert json.loads(rows["preset"]) == doc["preset"]
-    assert out["paths"].splitlines() == doc["roots"] == [str(world["photos"])]
+    assert out["paths"].splitlines() == doc["roots"] == [str(cli_world["photos"])]
     assert out["table"].splitlines()[0].startswith("index ")
 
 
-def test_match_formats(world):
-    a, b = world["photos"] / "img01.jpg", world["photos"] / "Müller copy.jpg"
+def test_match_formats(cli_world):
+    a, b = cli_world["photos"] / "img01.jpg", cli_world["photos"] / "Müller copy.jpg"
     out = outputs(["match", a, b, "--max-side", "400"])
     doc = json.loads(out["json"])
     assert doc["verified"] is True and doc["image_b"] == str(b) and doc["inliers"] > 10
@@ -101,8 +98,8 @@ def test_match_formats(world):
     assert "inliers: " in out["table"]
 
 
-def test_format_conflicts_are_usage_errors(world):
-    base = ["list", "--index", world["index"]]
+def test_format_conflicts_are_usage_errors(cli_world):
+    base = ["list", "--index", cli_world["index"]]
     for extra in (["--json", "--format", "csv"], ["-0", "--format", "json"]):
         res = run([*base, *extra])
         assert res.exit_code == 2 and res.stderr.count("Error: ") == 1 and "Traceback" not in res.output

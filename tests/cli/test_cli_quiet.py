@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import shutil
 
-import cli_world
 import click
 from cli_world import run
 
 from retrieval.cli.doc import iter_commands
 from retrieval.cli.main import main
-
-world = cli_world.world
 
 
 def assert_plain(res, what):
@@ -31,16 +28,16 @@ def test_every_command_accepts_quiet_and_verbose():
         assert {"-q", "--quiet", "-v", "--verbose"} <= opts, " ".join(path)
 
 
-def test_index_reports_each_unreadable_file_once_and_plain_progress(world):
-    res = world["index_run"]
+def test_index_reports_each_unreadable_file_once_and_plain_progress(cli_world):
+    res = cli_world["index_run"]
     assert_plain(res, "index")
     assert res.stderr.count("broken.jpg") == 1, res.stderr
     # plain progress lines (not a terminal): 'extracting: n/N img (p %), t s'
     assert any(ln.startswith("extracting: ") and "/" in ln for ln in res.stderr.splitlines()), res.stderr
 
 
-def test_commands_without_v_print_no_info_and_no_frames(world, tmp_path):
-    idx, photos = world["index"], world["photos"]
+def test_commands_without_v_print_no_info_and_no_frames(cli_world, tmp_path):
+    idx, photos = cli_world["index"], cli_world["photos"]
     img = photos / "img01.jpg"
     copy = tmp_path / "idx"
     shutil.copytree(idx, copy)
@@ -66,8 +63,8 @@ def test_commands_without_v_print_no_info_and_no_frames(world, tmp_path):
         assert_plain(res, " ".join(map(str, args[:2])))
 
 
-def test_verbose_shows_info_and_quiet_hides_progress_anywhere(world, tmp_path):
-    idx, photos = world["index"], world["photos"]
+def test_verbose_shows_info_and_quiet_hides_progress_anywhere(cli_world, tmp_path):
+    idx, photos = cli_world["index"], cli_world["photos"]
     copy = tmp_path / "idx"
     shutil.copytree(idx, copy)
     added = []
@@ -80,7 +77,7 @@ def test_verbose_shows_info_and_quiet_hides_progress_anywhere(world, tmp_path):
         for i, args in enumerate((["-q", "index", photos, "--index", copy, "--workers", "1"],
                                   ["index", photos, "--index", copy, "-q", "--workers", "1"])):
             added.append(photos / f"added{i}.jpg")
-            shutil.copy(world["pool"][20 + i], added[-1])       # something to hash, extract and encode
+            shutil.copy(cli_world["pool"][20 + i], added[-1])       # something to hash, extract and encode
             res = run(args)
             assert res.exit_code == 0, res.output
             assert "1 added" in res.stdout
