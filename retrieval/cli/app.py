@@ -176,7 +176,11 @@ def _print_hits(hits, out: Output | bool) -> None:
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
-def query_cmd(image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe):
+@click.option("--exclude-duplicates", is_flag=True,
+              help="Drop hits that are exact copies or near duplicates (resized, re-encoded) of the query or of a "
+                   "better-ranked hit; photos of the same scene stay.")
+def query_cmd(image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe,
+              exclude_duplicates):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
@@ -190,10 +194,15 @@ def query_cmd(image, index_dir, bbox, k, out, html_path, method, deprecated_meth
     idx = Index.open(_index_dir(index_dir))
     kwargs = {} if alpha is None else {"alpha": alpha}
     try:
-        hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
+        hits = idx.search(image, bbox=bbox, k=3 * k + 5 if exclude_duplicates else k, method=method,
+                          rerank=rerank, query_expansion=qe, **kwargs)
     except ValueError as exc:   # the library names its parameter --method: the CLI's option is --scoring
         msg = str(exc)
         raise ValueError("--scoring" + msg[len("--method"):] if msg.startswith("--method ") else msg) from None
+    if exclude_duplicates:
+        from retrieval.app.duplicates import exclude_duplicates as drop_duplicates
+
+        hits, _ = drop_duplicates(idx, image, hits, k)
     _print_hits(hits, out)
     if html_path:
         from retrieval.app.gallery import write_gallery

@@ -50,6 +50,7 @@ def test_commands_without_v_print_no_info_and_no_frames(cli_world, tmp_path):
         ["check", "--index", idx],
         ["presets"],
         ["presets", "--show", "default"],
+        ["duplicates", "--index", idx],
         ["match", img, photos / "img02.jpg", "--max-side", "400"],
         ["extract", img, "--max-side", "400"],
         ["train", "vocab", photos / "img01.jpg", photos / "img02.jpg", "-o", tmp_path / "v.npz", "-k", "4",
