@@ -3,6 +3,7 @@
 from retrieval.cli import (  # noqa: F401  (register)
     aggregation,
     app,
+    bench_cli,
     binary,
     duplicates,
     evaluate,
