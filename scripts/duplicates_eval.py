@@ -76,9 +76,9 @@ def main() -> None:
     reported = set()
     linked = {"exact": 0, "near": 0, "scene": 0}
     for g in groups:
-        paths = [os.path.realpath(im["path"]) for im in g["images"]]
+        paths = [os.path.realpath(im["path"]) for im in g.images]
         reported |= {frozenset(p) for p in itertools.combinations(paths, 2)}
-        for p in g["pairs"]:
+        for p in g.pairs:
             linked[p.kind] += 1
     right = {p for p in reported if len({truth[q] for q in p}) == 1}
     members: dict = {}
