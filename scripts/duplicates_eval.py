@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--preset", default="default")
     ap.add_argument("--threshold", type=float, default=None)
     ap.add_argument("--candidates", type=int, default=10)
+    ap.add_argument("--min-inliers", type=int, default=None)
+    ap.add_argument("--pairs", default=None, help="Write every linked pair (paths, kind, similarity, inliers, right) "
+                    "to this JSON file.")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from retrieval.app.duplicates import find_duplicates
@@ -71,7 +74,8 @@ def main() -> None:
         idx.sync(photos, workers=1)
     idx = Index.open(idx_dir)
     t0 = time.perf_counter()
-    groups = find_duplicates(idx, threshold=args.threshold, candidates=args.candidates)
+    extra = {} if args.min_inliers is None else {"min_inliers": args.min_inliers}
+    groups = find_duplicates(idx, threshold=args.threshold, candidates=args.candidates, **extra)
     seconds = time.perf_counter() - t0
     reported = set()
     linked = {"exact": 0, "near": 0, "scene": 0}
@@ -81,6 +85,11 @@ def main() -> None:
         for p in g.pairs:
             linked[p.kind] += 1
     right = {p for p in reported if len({truth[q] for q in p}) == 1}
+    if args.pairs:
+        by_id = {im["id"]: os.path.realpath(im["path"]) for g in groups for im in g.images}
+        Path(args.pairs).write_text(json.dumps([{**p.to_json(), "a_path": by_id[p.a], "b_path": by_id[p.b],
+                                                 "right": truth[by_id[p.a]] == truth[by_id[p.b]]}
+                                                for g in groups for p in g.pairs]))
     members: dict = {}
     for path, grp in truth.items():
         members.setdefault(grp, []).append(path)
@@ -89,7 +98,7 @@ def main() -> None:
            "reported_pairs": len(reported), "right_pairs": len(right),
            "precision": round(len(right) / len(reported), 4) if reported else None,
            "true_pairs": n_true, "recall": round(len(right) / n_true, 4) if n_true else None,
-           "linked_pairs_by_kind": linked, "threshold": args.threshold, "candidates": args.candidates,
+           "linked_pairs_by_kind": linked, "threshold": args.threshold, "min_inliers": args.min_inliers, "candidates": args.candidates,
            "seconds": round(seconds, 1),
            "wrong": sorted(sorted(Path(q).name for q in p) for p in reported - right)[:20]}
     print(json.dumps(res, indent=None if args.json else 2))

@@ -9,9 +9,9 @@ Everything comes from what the index already holds:
 3. every candidate pair is checked by the library's geometric verification (:func:`retrieval.rerank.verification
    .verify`, tentative RootSIFT matches by the ratio test, stored features): a pair is reported only when the
    verification vouches for it. A verified pair is a **near** duplicate when its transform maps the frame of one
-   photo onto the frame of the other (a resized, re-encoded or lightly edited copy: every corner within
-   ``NEAR_CORNER_TOLERANCE`` of the other photo's diagonal), else the **scene** kind (the same scene or object,
-   photographed again, cropped or rotated);
+   photo onto the frame of the other (a resized, re-encoded or lightly edited copy: :func:`maps_frame_onto_frame`;
+   ``DEFAULT_MIN_INLIERS`` inliers), else the **scene**
+   kind (the same scene or object, photographed again, cropped or rotated; ``DUPLICATE_MIN_INLIERS`` inliers);
 4. pairs are joined into groups (connected components); a group's kind is its loosest pair's.
 """
 
@@ -25,9 +25,20 @@ from retrieval.features.rootsift import root_sift
 from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
 
-NEAR_CORNER_TOLERANCE = 0.05
-"""A verified pair is a near duplicate when each corner of one photo maps within this fraction of the other
-photo's diagonal from the matching corner."""
+NEAR_CENTRE_TOLERANCE = 0.05
+"""A verified pair is a near duplicate when the centre of one photo maps within this fraction of the other
+photo's diagonal from its centre (and the local map is a plain resize: :data:`NEAR_LINEAR_TOLERANCE`)."""
+
+NEAR_LINEAR_TOLERANCE = 0.2
+"""Relative difference allowed between the transform's local linear map at the centre and the plain resize
+(a crop changes the scale by its margins, a rotation adds off-diagonal terms: both are beyond it from about 20 %
+of the size or 12 degrees)."""
+
+DUPLICATE_MIN_INLIERS = 12
+"""One-to-one inliers a same-scene pair needs: stricter than the query re-ranking's ``DEFAULT_MIN_INLIERS`` (9),
+since one false pair joins two groups. 12 is the smallest threshold with at most 1 false verification in 20,000
+unrelated real pairs (0.005 %, docs/results.md, "Geometric verification"). A near-duplicate pair (the transform
+maps frame onto frame, a much stronger constraint than a few consistent matches) needs ``DEFAULT_MIN_INLIERS``."""
 
 DEFAULT_CANDIDATES = 10
 """Nearest images (global code) checked by verification for each photo."""
@@ -69,7 +80,7 @@ class PairVerifier:
     """Geometric verification of two indexed images from their stored features (the query re-ranking's ratio test
     and decision threshold). Keeps the RootSIFT descriptors of the last ``cache`` images."""
 
-    def __init__(self, idx, rows_by_id: dict, *, ratio: float = 0.85, min_inliers: int = DEFAULT_MIN_INLIERS,
+    def __init__(self, idx, rows_by_id: dict, *, ratio: float = 0.85, min_inliers: int = DUPLICATE_MIN_INLIERS,
                  cache: int = 32):
         self.idx, self.rows, self.ratio, self.min_inliers, self.cache = idx, rows_by_id, ratio, min_inliers, cache
         self._feats: dict = {}
@@ -95,32 +106,47 @@ class PairVerifier:
         return verify_pair(fa, da, fb, db, ratio=self.ratio, min_inliers=self.min_inliers)
 
 
-def verify_pair(fa, da, fb, db, *, ratio: float = 0.85, min_inliers: int = DEFAULT_MIN_INLIERS):
-    """``(kind or None, inliers)`` for two sets of local features and their compared descriptors."""
+def verify_pair(fa, da, fb, db, *, ratio: float = 0.85, min_inliers: int = DUPLICATE_MIN_INLIERS):
+    """``(kind or None, inliers)`` for two sets of local features and their compared descriptors: ``near`` when
+    the verification (at ``min(min_inliers, DEFAULT_MIN_INLIERS)`` inliers) vouches and the transform maps frame
+    onto frame, ``scene`` when it vouches with at least ``min_inliers`` inliers, else None."""
     if len(fa) == 0 or len(fb) == 0:
         return None, 0
     matches = tentative_matches(da, db, ratio=ratio)
-    v = verify(fa.frames, fb.frames, matches, min_inliers=min_inliers)
+    v = verify(fa.frames, fb.frames, matches, min_inliers=min(min_inliers, DEFAULT_MIN_INLIERS))
     if not v.verified:
         return None, int(v.inliers)
-    return ("near" if maps_frame_onto_frame(v.transform, fa.image_size, fb.image_size) else "scene"), int(v.inliers)
+    if maps_frame_onto_frame(v.transform, fa.image_size, fb.image_size):
+        return "near", int(v.inliers)
+    return ("scene" if v.inliers >= min_inliers else None), int(v.inliers)
 
 
-def maps_frame_onto_frame(T, size_a, size_b, tolerance: float = NEAR_CORNER_TOLERANCE) -> bool:
-    """Whether ``T`` (A pixels -> B pixels) sends each corner of A within ``tolerance`` of B's diagonal from the
-    matching corner of B (the same framing: a resized or re-encoded copy)."""
+def maps_frame_onto_frame(T, size_a, size_b, tolerance: float = NEAR_CENTRE_TOLERANCE,
+                          linear_tolerance: float = NEAR_LINEAR_TOLERANCE) -> bool:
+    """Whether ``T`` (A pixels -> B pixels) maps A's frame onto B's: A's centre lands within ``tolerance`` of B's
+    diagonal from B's centre, and the local linear map there (the Jacobian of ``T``) is the plain resize
+    ``diag(wb / wa, hb / ha)`` within ``linear_tolerance`` (relative Frobenius norm). Read at the centre, where the
+    inliers constrain the model best, rather than at the corners, where a homography fitted on a dozen matches
+    extrapolates."""
     (wa, ha), (wb, hb) = size_a, size_b
-    ca = np.array([[-0.5, -0.5], [wa - 0.5, -0.5], [wa - 0.5, ha - 0.5], [-0.5, ha - 0.5]])
-    cb = np.array([[-0.5, -0.5], [wb - 0.5, -0.5], [wb - 0.5, hb - 0.5], [-0.5, hb - 0.5]])
-    p = np.c_[ca, np.ones(4)] @ np.asarray(T, np.float64).T
-    if np.any(np.abs(p[:, 2]) < 1e-12):
+    T = np.asarray(T, np.float64)
+
+    def at(x, y):
+        p = T @ np.array([x, y, 1.0])
+        return None if abs(p[2]) < 1e-12 else p[:2] / p[2]
+
+    ca, cb = np.array([(wa - 1) / 2, (ha - 1) / 2]), np.array([(wb - 1) / 2, (hb - 1) / 2])
+    p, px, py = at(*ca), at(ca[0] + 1, ca[1]), at(ca[0], ca[1] + 1)
+    if p is None or px is None or py is None:
         return False
-    p = p[:, :2] / p[:, 2:3]
-    return bool(np.all(np.linalg.norm(p - cb, axis=1) <= tolerance * np.hypot(wb, hb)))
+    J = np.c_[px - p, py - p]
+    S = np.diag([wb / wa, hb / ha])
+    return bool(np.linalg.norm(p - cb) <= tolerance * np.hypot(wb, hb)
+                and np.linalg.norm(J - S) <= linear_tolerance * np.linalg.norm(S))
 
 
 def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DEFAULT_CANDIDATES,
-                    progress=None) -> list[DuplicateGroup]:
+                    min_inliers: int = DUPLICATE_MIN_INLIERS, progress=None) -> list[DuplicateGroup]:
     """Groups of exact copies, near duplicates and same-scene photos of an index (module doc).
 
     Parameters
@@ -131,6 +157,8 @@ def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DE
         similarity). Exact copies are reported whatever it is.
     candidates : int
         Nearest images checked for each photo.
+    min_inliers : int
+        One-to-one inliers a same-scene pair needs (near duplicates: ``min(min_inliers, DEFAULT_MIN_INLIERS)``).
     progress : callable(done, total) or None
 
     Returns
@@ -150,7 +178,7 @@ def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DE
             pairs[(ids[0], other)] = DuplicatePair(ids[0], other, "exact")
     reps = sorted(ids[0] for ids in by_hash.values())
     rep_of = {i: ids[0] for ids in by_hash.values() for i in ids}
-    verifier = PairVerifier(idx, by_id, ratio=_ratio(idx))
+    verifier = PairVerifier(idx, by_id, ratio=_ratio(idx), min_inliers=min_inliers)
     checked = set()
     for n, rep in enumerate(reps):
         hits = idx.search(rep, k=min(len(rows), candidates + len(by_hash[by_id[rep]["hash"]])), rerank="none",

@@ -20,12 +20,15 @@ GROUP_COLUMNS = ["group", "kind", "id", "size", "path"]
                    "photo are candidates). Every pair but exact copies must pass geometric verification.")
 @click.option("--candidates", type=click.IntRange(1, None), default=10, show_default=True,
               help="Nearest photos checked for each photo.")
+@click.option("--min-inliers", type=click.IntRange(1, None), default=None,
+              help="One-to-one inliers a same-scene pair needs [default: 12; near duplicates need 9; lower finds "
+                   "more pairs and joins unrelated groups more often].")
 @click.option("--html", "html_path", default=None, metavar="FILE",
               help="Write the groups side by side as a self-contained HTML page.")
 @format_options(json_help="Same as --format json: a JSON list of {group, kind, images: [{id, path, size, kind}], "
                           "pairs: [{a, b, kind, similarity, inliers}]}.")
 @click.pass_context
-def duplicates_cmd(ctx, index_dir, threshold, candidates, html_path, out):
+def duplicates_cmd(ctx, index_dir, threshold, candidates, min_inliers, html_path, out):
     """Groups of exact copies (same content), near duplicates (resized, re-encoded) and photos of the same scene
     or object, found from what the index holds: candidates by the global code, confirmed by geometric
     verification of the stored features.
@@ -44,7 +47,9 @@ def duplicates_cmd(ctx, index_dir, threshold, candidates, html_path, out):
     idx = Index.open(_index_dir(index_dir))
     n = idx.catalog.count("indexed")
     with progress_bar(n, "comparing", enabled=not quiet_requested(ctx), unit="img") as bar:
-        groups = find_duplicates(idx, threshold=threshold, candidates=candidates, progress=callback_for(bar))
+        extra = {} if min_inliers is None else {"min_inliers": min_inliers}
+        groups = find_duplicates(idx, threshold=threshold, candidates=candidates, progress=callback_for(bar),
+                                 **extra)
     rows = [{"group": g.group, **im} for g in groups for im in g.images]
 
     def table():
