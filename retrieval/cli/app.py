@@ -113,7 +113,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         n = idx.catalog.count("indexed")
         click.echo(f"{n} images indexed in {index_dir} (preset {idx.preset['name']}): {report.added} added, "
@@ -273,7 +273,7 @@ def check_cmd(ctx, index_dir, repair, as_json):
         report["after_repair"] = check_index(idx)
     final = report.get("after_repair", report)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         click.echo(f"catalog    {report['catalog']}")
         click.echo(f"model      {'ok' if not report['model'] else '; '.join(report['model'])}")
@@ -355,11 +355,11 @@ def presets_cmd(show, show_all, as_json):
     from retrieval.engine.presets import describe_presets, effective_preset, format_preset
 
     if show is not None:
-        click.echo(json.dumps(effective_preset(show), indent=2) if as_json else format_preset(show))
+        click.echo(json.dumps(effective_preset(show), indent=2, ensure_ascii=False) if as_json else format_preset(show))
         return
     rows = describe_presets()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
     from retrieval.cli.describe import presets_table
 

@@ -68,7 +68,7 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
     res = {"image": str(image), "n_features": len(f), "image_size": list(f.image_size), "seconds": round(dt, 4),
            "detector": detector, "config_key": ex.config_key, "out": out}
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
     else:
         click.echo(f"{image}: {len(f)} features ({detector}, image {f.image_size[0]}x{f.image_size[1]}) "
                    f"in {dt:.3f} s" + (f"; written to {out}" if out else ""))
@@ -175,7 +175,7 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
         res = bench_extract(paths, workers=workers, max_side=max_side, rounds=rounds, progress=callback_for(bar))
     res["images"] = str(images)
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     click.echo(f"images: {res['n_images']} (max_side {res['max_side']}), features/image: "
                f"{res['features_per_image']:.0f}")
@@ -206,7 +206,7 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
                       match_params=match_parameters(plain=plain),
                       store=FeatureStore(feature_store) if feature_store else None)
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     g = res["graf"]
     click.echo(f"graf1->graf3: {g['n_features'][0]}/{g['n_features'][1]} features, {g['tentative']} tentative, "
@@ -245,7 +245,7 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
                            progress=callback_for(bar))
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     for name, r in res["sets"].items():
         click.echo(f"{name}: {r['images']} images; unrelated pairs {r['unrelated_pairs']}: {r['false_verified']} "

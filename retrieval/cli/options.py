@@ -45,7 +45,7 @@ def csv_items(text: str) -> list[str]:
 
 def echo_json(obj, indent: int | None = 2, **kw) -> None:
     """Print ``obj`` as JSON on stdout."""
-    click.echo(json.dumps(obj, indent=indent, **kw))
+    click.echo(json.dumps(obj, indent=indent, **{"ensure_ascii": False, **kw}))
 
 
 def check_image_file(path, what: str = "IMAGE") -> None:

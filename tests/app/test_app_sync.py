@@ -54,14 +54,15 @@ def test_walk_extensions_hidden_and_symlink_loops(tmp_path, pool):
     shutil.copy(pool[0], root / "f.bmp")
     shutil.copy(pool[0], root / "sub" / "g.PPM")
     shutil.copy(pool[0], root / "sub" / "h.pgm")
-    shutil.copy(pool[0], root / "sub" / "i.gif")  # not in IMAGE_EXTENSIONS
+    shutil.copy(pool[0], root / "sub" / "i.gif")  # GIF: read (its first frame)
+    shutil.copy(pool[0], root / "sub" / "j.xcf")  # not in IMAGE_EXTENSIONS
     shutil.copy(pool[0], root / ".g.jpg")  # hidden file
     shutil.copy(pool[0], root / ".hidden" / "h.jpg")  # in a hidden folder
     (root / "notes.txt").write_text("not an image")
     (root / "sub" / "deeper" / "loop").symlink_to(root, target_is_directory=True)  # a loop
     found = walk_photos(root)
     names = sorted(Path(p).name for p in found)
-    assert names == ["a.JPG", "b.jpeg", "c.PnG", "d.TIFF", "e.webp", "f.bmp", "g.PPM", "h.pgm"]
+    assert names == ["a.JPG", "b.jpeg", "c.PnG", "d.TIFF", "e.webp", "f.bmp", "g.PPM", "h.pgm", "i.gif"]
     assert all(os.path.isabs(p) for p in found)
 
 
