@@ -238,8 +238,9 @@ def test_cli_query_json_schema_and_boxes(cli_index, pool):
     hits = json.loads(res.output)
     assert [h["rank"] for h in hits] == [1, 2, 3, 4]
     assert hits[0]["path"] == q
-    assert all({"rank", "path", "score", "similarity", "verified"} <= set(h) <=
-               {"rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"} for h in hits)
+    assert all({"id", "rank", "path", "score", "similarity", "verified"} <= set(h) <=
+               {"id", "rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"} for h in hits)
+    assert all(isinstance(h["id"], int) for h in hits)
     scores = [h["score"] for h in hits]
     assert scores == sorted(scores, reverse=True)
     txt = run(["query", q, "--index", str(d / "idx"), "--top", "2"]).output.splitlines()
