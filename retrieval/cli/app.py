@@ -187,11 +187,11 @@ def query_cmd(image, index_dir, bbox, k, out, html_path, method, deprecated_meth
     column never increases down the list (docs/formats.md, "Scores").
     """
     method = use_alias(method, deprecated_method, "--method", "--scoring")
-    check_image_file(image)
     check_output_extension(html_path, (".html", ".htm"), "--html")
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
+    check_image_file(image)
     kwargs = {} if alpha is None else {"alpha": alpha}
     try:
         hits = idx.search(image, bbox=bbox, k=3 * k + 5 if exclude_duplicates else k, method=method,
