@@ -85,3 +85,12 @@ def minibench():
     out["images"] = {ab(r): v for r, v in raw["images"].items()}
     out["paths"] = sorted(out["images"])
     return out
+
+
+@pytest.fixture(scope="session")
+def cli_world(tmp_path_factory):
+    """A small indexed photo folder for the CLI tests (tests/cli/cli_world.py): read-only for the tests (copy the
+    index before changing it; remove any photo added)."""
+    from cli_world import build_world
+
+    return build_world(tmp_path_factory.mktemp("cliworld"))

@@ -11,10 +11,8 @@ import logging
 import numbers
 
 import numpy as np
-import scipy.sparse as sp
 
 from retrieval.aggregation._common import Vocabulary, stack_training_descriptors, subsample
-from retrieval.aggregation.kmeans import KMeansVocabulary
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.nearest import nearest_centers
 
@@ -131,6 +129,8 @@ class GMMVocabulary(Vocabulary):
         Xi = subsample(X, max(self.init_samples or X.shape[0], K), rng)
         if self.init == "random":
             return Xi[rng.choice(Xi.shape[0], size=K, replace=False)].copy()
+        from retrieval.aggregation.kmeans import KMeansVocabulary  # training only (numba k-means)
+
         km = KMeansVocabulary(K, algorithm="elkan", max_iter=50, random_state=rng).fit(Xi)
         return km.cluster_centers_
 
@@ -163,6 +163,8 @@ class GMMVocabulary(Vocabulary):
         means = self._initial_means(X, rng).astype(np.float64)
         labels, _ = nearest_centers(X, means.astype(np.float32))
         counts = np.bincount(labels, minlength=K).astype(np.float64)
+        import scipy.sparse as sp
+
         H = sp.csr_matrix((np.ones(n, np.float32), (labels, np.arange(n))), shape=(K, n))
         S1 = np.asarray(H @ X, dtype=np.float64)
         S2 = np.asarray(H @ (X * X), dtype=np.float64)

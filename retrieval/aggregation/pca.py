@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 import numbers
+import sys
 
 import numpy as np
-import scipy.sparse as sp
 
-from retrieval.aggregation.normalize import l2_normalize, power_normalize
+from retrieval.aggregation.normalize import issparse, l2_normalize, power_normalize
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.pca import fit_pca, random_rotation, whitening_scale
 from retrieval.core.persistence import PersistableMixin
@@ -102,7 +102,7 @@ class PCAProjection(PersistableMixin):
         self
         """
         self._check_params()
-        if sp.issparse(X):
+        if issparse(X):
             X = X.toarray()
         X = check_array(X, "X", dtype=None, min_rows=1)
         n, D = X.shape
@@ -139,8 +139,8 @@ class PCAProjection(PersistableMixin):
         check_is_fitted(self, ["components_", "mean_"])
         D = self.n_features_in_
         C = self.components_
-        if sp.issparse(X):
-            X = sp.csr_matrix(X)
+        if issparse(X):
+            X = sys.modules["scipy.sparse"].csr_matrix(X)
             if X.ndim != 2 or X.shape[1] != D:
                 raise ValueError(f"X must have {D} columns (last axis); got shape {X.shape}.")
             Y = np.asarray(X.astype(np.float32) @ C.T, dtype=np.float32) - (self.mean_ @ C.T)[None, :]

@@ -50,6 +50,9 @@ def thumbnail_data_uri(path, max_side: int = 360, quality: int = 80) -> tuple[st
     original size ``(w, h)`` after orientation."""
     from PIL import Image, ImageOps
 
+    from retrieval.features.image import register_image_plugins
+
+    register_image_plugins(path)
     with Image.open(path) as im:
         im = ImageOps.exif_transpose(im)
         size = im.size

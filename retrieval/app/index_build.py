@@ -44,7 +44,7 @@ class IndexBuildMixin:
             if isinstance(res, Exception):
                 reason = getattr(res, "reason", None) or str(res)
                 report.errors.append((p, reason))
-                logger.warning("cannot read %s: %s", p, reason)
+                logger.debug("cannot read %s: %s", p, reason)   # the report lists it (printed once by the CLI)
             elif res is not None:
                 store.put(hashes[p], res, extractor.config_key)
             done += 1

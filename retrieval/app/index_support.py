@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retrieval.core.progress import callback_for, progress_bar
 from retrieval.engine.presets import preset_config
-from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.features.image import IMAGE_EXTENSIONS, register_image_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def image_meta(path: str) -> tuple[int, int, int]:
     """(width, height) after EXIF orientation, and the orientation tag, read from the header only."""
     from PIL import Image
 
+    register_image_plugins(path)
     with Image.open(path) as im:
         w, h = im.size
         try:

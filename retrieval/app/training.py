@@ -43,12 +43,11 @@ def image_descriptors(paths, extractor, *, rootsift: bool = True, workers=None, 
             if not skip_errors:
                 raise UnreadableImageError(paths[i], res)
             failed.append(str(paths[i]))
+            logger.warning("skipped %s: %s", paths[i], getattr(res, "reason", None) or res)
             continue
         d = res.descriptors
         if len(d):
             descs.append(root_sift(d) if rootsift else np.asarray(d, np.float32))
-    if failed:
-        logger.warning("skipped %d unreadable images", len(failed))
     if not descs:
         raise ValueError("no local features found in the given images.")
     return np.concatenate(descs), failed

@@ -90,7 +90,7 @@ def train_vocab(ctx, images, out, kind, k, pca_dim, pca_out, no_rootsift, detect
     summary = {"model": str(written), "kind": kind, "k": k, "dimension": trained.dimension,
                "n_images": len(paths) - len(failed), "n_descriptors": int(X.shape[0]),
                "train_seconds": round(trained.seconds, 2), "local_pca": None if pca_path is None else str(pca_path)}
-    click.echo(json.dumps(summary))
+    click.echo(json.dumps(summary, ensure_ascii=False))
 
 
 @bench.command("aggregate")

@@ -14,7 +14,16 @@ import time
 import click
 
 from retrieval.cli.groups import bench, main
-from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.options import (
+    check_image_file,
+    check_output_extension,
+    deprecated_alias,
+    echo_json,
+    json_option,
+    use_alias,
+    workers_option,
+)
+from retrieval.cli.output import Output, format_options
 from retrieval.cli.scale import cluster_option, open_client, shards_option
 
 DEFAULT_INDEX = "retrieval-index"
@@ -33,12 +42,12 @@ def _index_dir(value) -> str:
     return path
 
 
-def _quiet(ctx, quiet: bool) -> bool:
-    return quiet or bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
+def _quiet(ctx) -> bool:
+    return bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
 
 
 @main.command("index")
-@click.argument("photo_dir", type=click.Path(file_okay=False, path_type=str))
+@click.argument("photo_dir")
 @_index_option
 @click.option("--preset", default=None,
               help="Preset name (see 'retrieval presets') or a preset .json file, for a new index [default: "
@@ -66,11 +75,10 @@ def _quiet(ctx, quiet: bool) -> bool:
 @click.option("--strict", is_flag=True, help="Exit 1 when any file could not be read (default: 0 once every file "
               "was handled; unreadable files are listed).")
 @click.option("--skip-errors", is_flag=True, hidden=True, help="Accepted for compatibility: exit 0 is the default.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              cluster, shards, add_root, replace_root, prune, include, strict, skip_errors, quiet, as_json):
+              cluster, shards, add_root, replace_root, prune, include, strict, skip_errors, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -103,12 +111,12 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         missing = sorted({os.path.abspath(os.path.expanduser(p)) for p in include} - set(back))
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
-    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx, quiet), add_root=add_root,
+    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx), add_root=add_root,
                       replace_root=replace_root, prune=prune, cluster=client)
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         n = idx.catalog.count("indexed")
         click.echo(f"{n} images indexed in {index_dir} (preset {idx.preset['name']}): {report.added} added, "
@@ -136,13 +144,20 @@ def format_hit(h) -> str:
             f"{h.path}")
 
 
-def _print_hits(hits, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps([h.to_json() for h in hits], indent=2))
-        return
-    click.echo(QUERY_HEADER)
-    for h in hits:
-        click.echo(format_hit(h))
+HIT_COLUMNS = ["id", "rank", "score", "similarity", "verified", "inliers", "box", "distance", "path"]
+"""The columns of ``retrieval query --format csv``."""
+
+
+def _print_hits(hits, out: Output | bool) -> None:
+    if isinstance(out, bool):
+        out = Output("json" if out else "table")
+
+    def table():
+        click.echo(QUERY_HEADER)
+        for h in hits:
+            click.echo(format_hit(h))
+
+    out.records([h.to_json() for h in hits], columns=HIT_COLUMNS, table=table)
 
 
 @main.command("query")
@@ -150,33 +165,52 @@ def _print_hits(hits, as_json: bool) -> None:
 @_index_option
 @click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
               help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
-@click.option("--top", "k", type=click.IntRange(1, None), default=10, show_default=True, help="Number of results.")
-@json_option("Print a JSON list of {id, rank, path, score, inliers?, box?, similarity, verified, distance?}.")
+@click.option("--top", "-k", "k", type=click.IntRange(1, None), default=10, show_default=True,
+              help="Number of results.")
+@format_options(json_help="Same as --format json: a JSON list of {id, rank, path, score, inliers?, box?, "
+                          "similarity, verified, distance?}.")
 @click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
-@click.option("--method", default=None, help="Scoring method of the preset (global: ip; binary: hamming, "
-              "expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
+@click.option("--scoring", "method", default=None, help="How hits are scored, among the preset's choices (global: "
+              "ip; binary: hamming, expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
+@deprecated_alias("--method", "--scoring")
 @click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2, or the selectivity exponent of "
               "asmk (object presets).")
 @click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
+@click.option("--exclude-duplicates", is_flag=True,
+              help="Drop hits that are exact copies or near duplicates (resized, re-encoded) of the query or of a "
+                   "better-ranked hit; photos of the same scene stay.")
 @cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
                 "$RETRIEVAL_DASK_SCHEDULER].")
 @click.pass_context
-def query_cmd(ctx, image, index_dir, bbox, k, as_json, html_path, method, alpha, rerank, qe, cluster):
+def query_cmd(ctx, image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe,
+              exclude_duplicates, cluster):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
     column never increases down the list (docs/formats.md, "Scores").
     """
+    method = use_alias(method, deprecated_method, "--method", "--scoring")
+    check_output_extension(html_path, (".html", ".htm"), "--html")
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
+    check_image_file(image)
     kwargs = {} if alpha is None else {"alpha": alpha}
     idx.use_cluster(open_client(ctx, cluster))
-    hits = idx.search(image, bbox=bbox, k=k, method=method, rerank=rerank, query_expansion=qe, **kwargs)
-    _print_hits(hits, as_json)
+    try:
+        hits = idx.search(image, bbox=bbox, k=3 * k + 5 if exclude_duplicates else k, method=method,
+                          rerank=rerank, query_expansion=qe, **kwargs)
+    except ValueError as exc:   # the library names its parameter --method: the CLI's option is --scoring
+        msg = str(exc)
+        raise ValueError("--scoring" + msg[len("--method"):] if msg.startswith("--method ") else msg) from None
+    if exclude_duplicates:
+        from retrieval.app.duplicates import exclude_duplicates as drop_duplicates
+
+        hits, _ = drop_duplicates(idx, image, hits, k)
+    _print_hits(hits, out)
     if html_path:
         from retrieval.app.gallery import write_gallery
         from retrieval.features import parse_box
@@ -190,14 +224,19 @@ def query_cmd(ctx, image, index_dir, bbox, k, as_json, html_path, method, alpha,
 
 @main.command("info")
 @_index_option
-@json_option("Print the summary as JSON.")
-def info_cmd(index_dir, as_json):
-    """Summary of an index: preset, model, counts, unreadable files, last run."""
+@format_options(json_help="Same as --format json: the summary as one JSON object.")
+def info_cmd(index_dir, out):
+    """Summary of an index: preset, model, counts, unreadable files, last run. --format csv gives field,value
+    rows; --format paths the photo folders the index follows."""
     from retrieval.app.index import Index
 
     info = Index.open(_index_dir(index_dir)).info()
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
+    if out.fmt == "jsonl":
+        out.lines([info])
+        return
+    if not out.is_table:
+        out.records([{"field": k, "value": v} for k, v in info.items()], columns=["field", "value"], table=None,
+                    paths=info.get("roots", []), document=info)
         return
     p = info["preset"]
     click.echo(f"index      {info['index']}")
@@ -241,7 +280,7 @@ def check_cmd(ctx, index_dir, repair, as_json):
         report["after_repair"] = check_index(idx)
     final = report.get("after_repair", report)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         click.echo(f"catalog    {report['catalog']}")
         click.echo(f"model      {'ok' if not report['model'] else '; '.join(report['model'])}")
@@ -285,9 +324,10 @@ def remove_cmd(paths, index_dir):
 @_index_option
 @click.option("--status", type=click.Choice(["ok", "failed", "excluded", "all"]), default="all", show_default=True,
               help="Indexed images, unreadable files, files removed with 'remove', or all of them.")
-@json_option("One JSON object per line: id, path, status, size, features (and error).")
-def list_cmd(index_dir, status, as_json):
-    """The images of an index: id, status, size in bytes, number of local features, path (tab-separated)."""
+@format_options(json_help="Same as --format json: a JSON list of {id, path, status, size, features, error?}.")
+def list_cmd(index_dir, status, out):
+    """The images of an index: id, status, size in bytes, number of local features, path (a header line, then
+    tab-separated rows; the path last)."""
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
@@ -300,45 +340,46 @@ def list_cmd(index_dir, status, as_json):
                              "features": r["n_features"], **({"error": r["error"]} if r["error"] else {})})
     if status in ("excluded", "all"):
         rows += [{"id": None, "path": p, "status": "excluded", "size": None, "features": None} for p in idx.excluded]
-    for r in rows:
-        if as_json:
-            click.echo(json.dumps(r, ensure_ascii=False))
-        else:
-            click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in ("id", "status", "size", "features",
-                                                                           "path")))
+    cols = ("id", "status", "size", "features", "path")
+
+    def table():
+        click.echo("\t".join(cols))
+        for r in rows:
+            click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in cols))
+
+    out.records(rows, columns=[*cols, "error"], table=table)
 
 
 @main.command("presets")
 @click.option("--show", "show", metavar="NAME", default=None,
               help="Print the effective configuration of preset NAME (a bundled name or a .json file): every key, "
                    "with the defaults it leaves unset filled in and marked '(default)'.")
+@click.option("--all", "show_all", is_flag=True, help="Also list the presets that reproduce published tables.")
 @click.option("--json", "as_json", is_flag=True, help="Print the presets (or with --show, the configuration) as JSON.")
-def presets_cmd(show, as_json):
-    """List the bundled presets, whether each is available, and what a missing one needs."""
+def presets_cmd(show, show_all, as_json):
+    """List the presets for photo folders (with --all also those that reproduce papers), whether each is
+    available, and what a missing one needs. 'retrieval presets --show NAME' gives the full description."""
     from retrieval.engine.presets import describe_presets, effective_preset, format_preset
 
     if show is not None:
-        click.echo(json.dumps(effective_preset(show), indent=2) if as_json else format_preset(show))
+        click.echo(json.dumps(effective_preset(show), indent=2, ensure_ascii=False) if as_json else format_preset(show))
         return
     rows = describe_presets()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
-    for r in rows:
-        state = "available" if r["available"] else "NOT AVAILABLE"
-        click.echo(f"{r['name']:10s} v{r['version']}  {r['kind']:7s} {state}")
-        click.echo(f"           {r['description']}")
-        for m in r["missing"]:
-            click.echo(f"           needs {m}")
+    from retrieval.cli.describe import presets_table
+
+    for line in presets_table(rows, show_all):
+        click.echo(line)
 
 
 @main.command("demo")
 @click.option("--out", "out_dir", default="demo-output", show_default=True, metavar="DIR",
               help="Where the demo photos, the index and the galleries go.")
 @click.option("--preset", default="default", show_default=True, help="Preset to demonstrate.")
-@click.option("--quiet", is_flag=True, help="No progress bars.")
 @click.pass_context
-def demo_cmd(ctx, out_dir, preset, quiet):
+def demo_cmd(ctx, out_dir, preset):
     """Build a demo photo folder (scikit-image's real photos + generated views), index it, run one image query
     and one box query, print both ranked lists and write the HTML galleries."""
     from pathlib import Path
@@ -355,7 +396,7 @@ def demo_cmd(ctx, out_dir, preset, quiet):
     click.echo(f"[demo] {n_files} photos in {photos} ({len(made['photos'])} scikit-image photos + generated "
                f"views: crops, rotations, scale changes, JPEG)", err=True)
     idx = Index.create(out / "index", preset=preset, exist_ok=True)
-    report = idx.sync(photos, progress=not _quiet(ctx, quiet))
+    report = idx.sync(photos, progress=not _quiet(ctx))
     click.echo(f"[demo] indexed {idx.catalog.count('indexed')} images in {report.seconds:.1f} s", err=True)
 
     q1 = made["views"]["coffee"][0] if "coffee" in made["views"] else made["photos"][0]

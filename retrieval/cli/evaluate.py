@@ -165,7 +165,7 @@ def _default_work_dir():
 @click.option("--out", type=click.Path(file_okay=False), help="Write official result files and report.json here.")
 @click.option("--work", type=click.Path(file_okay=False), help="Index and feature-cache folder "
               "(default: $XDG_CACHE_HOME/retrieval/eval).")
-@click.option("--k", type=int, default=None, help="Ranked-list length (default: whole database up to 10,000).")
+@click.option("--top", "-k", "--k", "k", type=int, default=None, help="Ranked-list length (default: whole database up to 10,000).")
 @workers_option()
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a preset value (strict: the key must exist), e.g. projection.n_components=512, "

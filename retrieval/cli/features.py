@@ -9,7 +9,16 @@ from pathlib import Path
 import click
 
 from retrieval.cli.groups import bench, main
-from retrieval.cli.options import json_option
+from retrieval.cli.options import (
+    PICTURE_FORMATS,
+    check_image_file,
+    check_output_extension,
+    deprecated_alias,
+    json_option,
+    use_alias,
+    write_picture,
+)
+from retrieval.cli.output import format_options
 
 
 def _parse_params(items) -> dict:
@@ -47,6 +56,7 @@ def _extractor(detector, max_side, params, rotation_invariant=False):
 @json_option()
 def extract_cmd(image, detector, max_side, params, out, as_json):
     """Extract the local features of IMAGE: number of features and time."""
+    check_image_file(image)
     from retrieval.features.store import save_features
 
     ex = _extractor(detector, max_side, _parse_params(params))
@@ -58,7 +68,7 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
     res = {"image": str(image), "n_features": len(f), "image_size": list(f.image_size), "seconds": round(dt, 4),
            "detector": detector, "config_key": ex.config_key, "out": out}
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
     else:
         click.echo(f"{image}: {len(f)} features ({detector}, image {f.image_size[0]}x{f.image_size[1]}) "
                    f"in {dt:.3f} s" + (f"; written to {out}" if out else ""))
@@ -75,30 +85,38 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Detector parameter, repeatable.")
 @click.option("--ratio", type=float, default=0.9, show_default=True, help="Lowe ratio test (1 = off).")
 @click.option("--no-mutual", is_flag=True, help="Do not require mutual nearest neighbours.")
-@click.option("--method", default="magsac", show_default=True,
+@click.option("--estimator", "method", default=None,
               type=click.Choice(["magsac", "usac_default", "usac_accurate", "ransac", "lmeds"]),
-              help="Robust homography estimator (OpenCV USAC).")
+              help="Robust homography estimator (OpenCV USAC)  [default: magsac]")
+@deprecated_alias("--method", "--estimator")
 @click.option("--threshold", type=float, default=3.0, show_default=True, help="Inlier threshold, pixels.")
 @click.option("--no-guided", is_flag=True, help="Skip the guided-matching stage.")
 @click.option("--min-inliers", type=int, default=None,
               help="One-to-one inliers needed to verify the pair (default: the calibrated DEFAULT_MIN_INLIERS, "
                    "false-verification rate below 0.1 % on real unrelated pairs).")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
-              help="Write a side-by-side picture of the inliers and A's outline in B (PNG or JPEG).")
-@json_option()
+              help="Write a side-by-side picture of the inliers and A's outline in B, in the format of the "
+                   "extension (png, jpg, gif, webp, bmp, tif).")
+@format_options(json_help="Same as --format json: {verified, reason, n_features, tentative, inliers, homography, "
+                          "params, image_a, image_b, seconds, out}.", dest="output")
 @click.pass_context
 def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method,
-              threshold, no_guided, min_inliers, out, as_json):
+              threshold, no_guided, min_inliers, out, output, deprecated_method):
     """Match IMAGE_A to IMAGE_B: tentative matches, geometric verification, homography A -> B.
 
     The pair is verified by the library's one geometric verification (affine hypotheses from single
     Hessian-affine correspondences, local optimisation, degenerate models rejected, one-to-one inliers); a
-    verified pair's homography is refined with OpenCV USAC (--method, --threshold). Exit code 0 when verified,
-    1 with "no geometric match" (JSON: verified false, homography null) otherwise.
+    verified pair's homography is refined with OpenCV USAC (--estimator, --threshold). Exit code 0 when verified,
+    1 with "no geometric match" (JSON: verified false, homography null) otherwise. --format csv gives one row,
+    --format paths the two images when verified (nothing otherwise).
 
     Homography and points are in pixels of the original images after EXIF orientation (centre of the top-left
     pixel = (0, 0)).
     """
+    method = use_alias(method, deprecated_method, "--method", "--estimator") or "magsac"
+    check_image_file(image_a, "IMAGE_A")
+    check_image_file(image_b, "IMAGE_B")
+    check_output_extension(out, PICTURE_FORMATS, "--out")
     from retrieval.rerank.draw import draw_matches
     from retrieval.rerank.matching import match_images
 
@@ -109,12 +127,14 @@ def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, par
     dt = time.perf_counter() - t0
     if out:
         ia, ib = res.inlier_pairs[:, 0], res.inlier_pairs[:, 1]
-        draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib], homography=res.homography,
-                     out=out)
-    if as_json:
-        d = res.to_json()
-        d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
-        click.echo(json.dumps(d))
+        write_picture(out, draw_matches(image_a, image_b, res.features_a.xy[ia], res.features_b.xy[ib],
+                                        homography=res.homography))
+    d = res.to_json()
+    d.update({"image_a": str(image_a), "image_b": str(image_b), "seconds": round(dt, 3), "out": out})
+    if not output.is_table:
+        output.records([d], columns=["image_a", "image_b", "verified", "reason", "tentative", "inliers",
+                                     "n_features", "homography", "seconds", "out"], table=None,
+                       paths=[str(image_a), str(image_b)] if res.verified else [], document=d)
     elif not res.verified:
         click.echo(f"no geometric match ({res.tentative} tentative matches; {res.reason})")
     else:
@@ -155,7 +175,7 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, as_json):
         res = bench_extract(paths, workers=workers, max_side=max_side, rounds=rounds, progress=callback_for(bar))
     res["images"] = str(images)
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     click.echo(f"images: {res['n_images']} (max_side {res['max_side']}), features/image: "
                f"{res['features_per_image']:.0f}")
@@ -186,7 +206,7 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
                       match_params=match_parameters(plain=plain),
                       store=FeatureStore(feature_store) if feature_store else None)
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     g = res["graf"]
     click.echo(f"graf1->graf3: {g['n_features'][0]}/{g['n_features'][1]} features, {g['tentative']} tentative, "
@@ -225,7 +245,7 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
                            progress=callback_for(bar))
     if as_json:
-        click.echo(json.dumps(res))
+        click.echo(json.dumps(res, ensure_ascii=False))
         return
     for name, r in res["sets"].items():
         click.echo(f"{name}: {r['images']} images; unrelated pairs {r['unrelated_pairs']}: {r['false_verified']} "

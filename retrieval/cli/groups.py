@@ -16,8 +16,54 @@ import click
 from retrieval._version import __version__
 
 
+def _root_obj(ctx) -> dict:
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    return root.obj
+
+
+def _set_quiet(ctx, param, value):
+    if value:
+        obj = _root_obj(ctx)
+        obj["quiet"] = True
+        setup_logging(obj.get("verbose", 0), True)
+    return value
+
+
+def _set_verbose(ctx, param, value):
+    if value:
+        obj = _root_obj(ctx)
+        obj["verbose"] = obj.get("verbose", 0) + value
+        setup_logging(obj["verbose"], bool(obj.get("quiet")))
+    return value
+
+
+def verbosity_options(cmd: click.Command) -> click.Command:
+    """Give ``cmd`` the ``-q/--quiet`` and ``-v/--verbose`` options of the root group (the same effect where they
+    are written: ``retrieval -q index ...`` = ``retrieval index ... -q``), unless it defines them itself."""
+    names = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    if "--quiet" not in names and "-q" not in names:
+        cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_quiet,
+                                       help="No progress on stderr (warnings and errors only)."))
+    if "--verbose" not in names and "-v" not in names:
+        cmd.params.append(click.Option(["-v", "--verbose"], count=True, expose_value=False, callback=_set_verbose,
+                                       help="Log progress notes (INFO) on stderr; -vv for debug."))
+    return cmd
+
+
+def quiet_requested(ctx) -> bool:
+    """True when ``-q`` was given (globally or to the command)."""
+    return bool(_root_obj(ctx).get("quiet"))
+
+
 class RetrievalGroup(click.Group):
-    """A group that turns library errors (ValueError, OSError) into one clear line instead of a traceback."""
+    """A group that turns library errors (ValueError, OSError) into one clear line instead of a traceback, and
+    gives every command below it ``-q`` / ``-v``."""
+
+    def add_command(self, cmd, name=None):
+        if not isinstance(cmd, click.Group):
+            verbosity_options(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx):
         try:
@@ -36,14 +82,19 @@ class RetrievalGroup(click.Group):
 
 
 def setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
+    """stderr logging: warnings and errors by default and with ``-q`` (which also silences progress), INFO with
+    ``-v``, DEBUG with ``-vv``."""
+    level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else
+                                           logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s", force=True)
 
 
 @click.group(name="retrieval", cls=RetrievalGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="retrieval")
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option("-v", "--verbose", count=True, help="Log progress notes (INFO) on stderr; -vv for debug. Accepted "
+              "by every command as well.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr (warnings and errors only). Accepted by "
+              "every command as well.")
 @click.option("--debug", is_flag=True, hidden=True, help="Show full tracebacks.")
 @click.pass_context
 def main(ctx, verbose, quiet, debug):
@@ -55,6 +106,7 @@ def main(ctx, verbose, quiet, debug):
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["quiet"] = quiet
+    ctx.obj["verbose"] = verbose
     setup_logging(verbose, quiet)
 
 

@@ -17,7 +17,7 @@ def _bench_options(fn):
         click.option("--nbits", type=click.IntRange(1, 16), default=8, show_default=True, help="Bits per sub-code."),
         click.option("--nlist", type=click.IntRange(1), default=1024, show_default=True, help="Inverted lists (ivfadc)."),
         click.option("--nprobe", type=click.IntRange(1), default=16, show_default=True, help="Lists visited (ivfadc)."),
-        click.option("--k", "k", type=click.IntRange(1), default=100, show_default=True,
+        click.option("--top", "-k", "--k", "k", type=click.IntRange(1), default=100, show_default=True,
                      help="Results per query (at least 100 are retrieved for recall@100)."),
         click.option("--nq", type=click.IntRange(1), default=1000, show_default=True, help="Queries."),
         click.option("--ntrain", type=click.IntRange(1), default=100_000, show_default=True, help="Learning vectors."),

@@ -1,6 +1,17 @@
 """Entry point of the ``retrieval`` command: the groups of :mod:`retrieval.cli.groups` with every area's commands."""
 
-from retrieval.cli import aggregation, app, binary, evaluate, features, indexing, objects, serve  # noqa: F401  (register)
+from retrieval.cli import (  # noqa: F401  (register)
+    aggregation,
+    app,
+    bench_cli,
+    binary,
+    duplicates,
+    evaluate,
+    features,
+    indexing,
+    objects,
+    serve,
+)
 from retrieval.cli.groups import main
 
 __all__ = ["main"]

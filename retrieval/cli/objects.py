@@ -15,7 +15,7 @@ from retrieval.cli.options import csv_items, echo_json, int_list, json_option, s
 @click.option("--query-words", default=1000, show_default=True, help="Distinct words per query.")
 @click.option("--zipf", "zipf_s", default=1.0, show_default=True, help="Zipf exponent s of the word law.")
 @click.option("--n-queries", default=20, show_default=True, help="Queries timed per method.")
-@click.option("--k", default=200, show_default=True, help="Shortlist length returned per query.")
+@click.option("--top", "-k", "--k", "k", default=200, show_default=True, help="Shortlist length returned per query.")
 @seed_option()
 @json_option()
 def bench_invfile_cmd(n_images, words_per_image, n_words, query_words, zipf_s, n_queries, k, seed, as_json):

@@ -45,4 +45,60 @@ def csv_items(text: str) -> list[str]:
 
 def echo_json(obj, indent: int | None = 2, **kw) -> None:
     """Print ``obj`` as JSON on stdout."""
-    click.echo(json.dumps(obj, indent=indent, **kw))
+    click.echo(json.dumps(obj, indent=indent, **{"ensure_ascii": False, **kw}))
+
+
+def check_image_file(path, what: str = "IMAGE") -> None:
+    """One clear line (exit 1) when ``path`` is an existing file whose extension is not one of
+    :data:`retrieval.features.image.IMAGE_EXTENSIONS` (the list every command uses)."""
+    import os
+
+    from retrieval.features.image import IMAGE_EXTENSIONS
+
+    if os.path.isfile(path) and not str(path).lower().endswith(IMAGE_EXTENSIONS):
+        raise click.ClickException(f"{what} {path}: not a supported image format (expected "
+                                   f"{', '.join(e[1:] for e in IMAGE_EXTENSIONS)}).")
+
+
+PICTURE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".gif": "GIF", ".webp": "WEBP", ".bmp": "BMP",
+                   ".tif": "TIFF", ".tiff": "TIFF"}
+"""Picture files the CLI writes, by extension (the format always follows the extension)."""
+
+
+def check_output_extension(path, allowed, option: str) -> None:
+    """One clear line (exit 1) unless ``path`` ends with one of ``allowed`` (checked before any work)."""
+    if path is not None and not str(path).lower().endswith(tuple(allowed)):
+        raise click.ClickException(f"{option} {path}: the file's extension chooses its format; expected one of "
+                                   f"{', '.join(sorted(allowed))}.")
+
+
+def write_picture(path, bgr) -> None:
+    """Write a BGR uint8 picture atomically in the format of ``path``'s extension (:data:`PICTURE_FORMATS`)."""
+    import io
+    from pathlib import Path
+
+    from PIL import Image
+
+    from retrieval.core.persistence import atomic_write
+
+    fmt = PICTURE_FORMATS[Path(path).suffix.lower()]
+    buf = io.BytesIO()
+    Image.fromarray(bgr[:, :, ::-1].copy()).save(buf, format=fmt)
+    with atomic_write(Path(path)) as fh:
+        fh.write(buf.getvalue())
+
+
+def deprecated_alias(old: str, new: str):
+    """A hidden ``old`` option kept for compatibility (parameter ``deprecated_<name>``); use :func:`use_alias`."""
+    return click.option(old, f"deprecated_{old.lstrip('-').replace('-', '_')}", default=None, hidden=True,
+                        help=f"Deprecated alias of {new}.")
+
+
+def use_alias(value, old_value, old: str, new: str):
+    """``value``, or ``old_value`` with one warning line on stderr when only the deprecated ``old`` was given."""
+    if old_value is None:
+        return value
+    click.echo(f"warning: {old} is deprecated, use {new}", err=True)
+    if value is not None and value != old_value:
+        raise click.UsageError(f"{old} (deprecated) and {new} disagree: give only {new}.")
+    return old_value

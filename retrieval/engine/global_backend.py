@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from retrieval import aggregation as A
-from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_random_state
 from retrieval.core.persistence import crash_point, load_estimator
 from retrieval.engine.backend import (
@@ -38,7 +37,6 @@ from retrieval.engine.presets import record_reduction, vocabulary_cap
 from retrieval.features.pca import LocalPCA
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.spatial import spatial_rerank
-from retrieval.search import IVFADC
 
 _MAX_DENSE_BATCH_BYTES = 4 << 30  # sparse BoW batches converted to dense float32 rows (no projection)
 
@@ -97,7 +95,7 @@ class GlobalBackend(Backend):
         elif agg.method == "bow":
             params = dict(alpha=agg.alpha, idf=agg.idf, norm="l2", random_state=seed)
             if K > 1000:  # VLFeat's k-means: 447 s for 3 iterations at K = 20,000 (docs/differences.md)
-                return A.BoW.from_vocabulary(ApproximateKMeans(K, random_state=seed).fit(X), **params)
+                return A.BoW.from_vocabulary(A.ApproximateKMeans(K, random_state=seed).fit(X), **params)
             model = A.BoW(n_clusters=K, **params)
         else:
             raise ValueError(f"preset {self.preset['name']!r}: aggregation.method must be one of "
@@ -193,12 +191,12 @@ class GlobalBackend(Backend):
     def _aggregate(self, features: Sequence, project: bool = True, dense: bool = True):
         """Aggregated vectors (n, D) — projected to D' and L2-normalised when ``project``; a sparse BoW stays
         sparse when ``dense`` is False (PCA training)."""
-        import scipy.sparse as sp
+        from retrieval.aggregation.normalize import issparse  # scipy.sparse is imported only by a sparse BoW
 
         V = self.aggregator.transform([self._local(f) for f in features])
         if project and self.projection is not None:
             V = self.projection.transform(V)
-        if sp.issparse(V):
+        if issparse(V):
             if not dense:
                 return V.astype(np.float32)
             if V.shape[0] * V.shape[1] * 4 > _MAX_DENSE_BATCH_BYTES:
@@ -302,6 +300,8 @@ class GlobalBackend(Backend):
         M = ix.M
         if vectors.shape[1] % M:
             M = next(m for m in (32, 16, 8, 4, 2, 1) if vectors.shape[1] % m == 0)
+        from retrieval.search import IVFADC
+
         ivf = IVFADC(nlist=nlist, M=M, nbits=ix.nbits, nprobe=min(ix.nprobe, nlist),
                      random_state=cfg.training.random_state)
         ivf.fit(vectors)
@@ -323,6 +323,8 @@ class GlobalBackend(Backend):
         self._vectors = read_npy(folder / "vectors.npy", mmap=True)
         self.ivf = None
         if header.get("ivfadc"):
+            from retrieval.search import IVFADC
+
             self.ivf = IVFADC.load(folder / "ivfadc")
 
     # ------------------------------------------------------------------ search

@@ -21,16 +21,16 @@ backends; the object backend verifies with its own visual-word correspondences.
 from __future__ import annotations
 
 from retrieval.engine.backend import Backend
-from retrieval.engine.binary_backend import BinaryBackend
-from retrieval.engine.codes_backend import CodesBackend
 from retrieval.engine.config import GLOBAL_INDEX_TYPES
-from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.object_backend import ObjectBackend
 from retrieval.engine.presets import preset_config
 
 
 def make_backend(preset: dict) -> Backend:
-    """The backend for ``preset['kind']`` (and, for ``global``, its ``index.type``)."""
+    """The backend for ``preset['kind']`` (and, for ``global``, its ``index.type``).
+
+    Each backend module is imported here, when it is needed: a query loads only its own backend's dependencies
+    (the binary codes' numba kernels stay unloaded for a global index, and so on), which keeps a cold
+    ``retrieval query`` short."""
     cfg = preset_config(preset)
     kind = cfg.kind
     if kind == "global":
@@ -39,10 +39,18 @@ def make_backend(preset: dict) -> Backend:
             raise ValueError(f"preset {preset['name']!r}: index.type must be one of {', '.join(GLOBAL_INDEX_TYPES)}; "
                              f"got {itype!r}.")
         if itype in ("adc", "ivfadc_adc"):
+            from retrieval.engine.codes_backend import CodesBackend
+
             return CodesBackend(preset)
+        from retrieval.engine.global_backend import GlobalBackend
+
         return GlobalBackend(preset)
     if kind == "binary":
+        from retrieval.engine.binary_backend import BinaryBackend
+
         return BinaryBackend(preset)
     if kind == "object":
+        from retrieval.engine.object_backend import ObjectBackend
+
         return ObjectBackend(preset)
     raise ValueError(f"preset {preset['name']!r}: unknown kind {kind!r}.")

@@ -26,10 +26,32 @@ from retrieval.core.checks import check_scalar
 
 logger = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm")
-"""File extensions (lower case) of the images :func:`load_image` reads: JPEG, PNG, TIFF, WebP, BMP and the Netpbm
-PPM / PGM formats, all decoded by Pillow. Every folder walk of the library and the CLI picks files by these
-(compare ``path.suffix.lower()``)."""
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm", ".gif", ".heic",
+                    ".heif", ".avif")
+"""File extensions (lower case) of the images :func:`load_image` reads: JPEG, PNG, TIFF, WebP, BMP, the Netpbm
+PPM / PGM formats, GIF (its first frame), HEIC / HEIF (through the pillow-heif plugin) and AVIF (Pillow's own
+decoder, when Pillow was built with it), all decoded by Pillow. The one list of the library and the CLI: every
+folder walk picks files by it (compare ``path.suffix.lower()``), and the CLI refuses query and match images
+outside it."""
+
+HEIF_EXTENSIONS = (".heic", ".heif")
+
+
+def register_image_plugins(path) -> None:
+    """Make Pillow able to open ``path``: registers the pillow-heif opener for HEIC / HEIF files (once per
+    process). Raises :class:`ImageReadError` when the plugin is not installed."""
+    global _heif_registered
+    if str(path).lower().endswith(HEIF_EXTENSIONS) and not _heif_registered:
+        try:
+            import pillow_heif
+        except ImportError:
+            raise ImageReadError(path, "HEIC / HEIF images need the pillow-heif package (pip install "
+                                       "pillow-heif)") from None
+        pillow_heif.register_heif_opener()
+        _heif_registered = True
+
+
+_heif_registered = False
 
 DEFAULT_MAX_SIDE = 1024
 DEFAULT_MAX_MEGAPIXELS = 150.0
@@ -195,6 +217,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
             limit = Image.MAX_IMAGE_PIXELS
             if limit is not None and 2 * limit < max_megapixels * 1e6:
                 Image.MAX_IMAGE_PIXELS = int(max_megapixels * 1e6 / 2) + 1
+            register_image_plugins(path)
             img = Image.open(path)
     except UnidentifiedImageError:
         raise ImageReadError(path, "not an image file (unknown format)") from None

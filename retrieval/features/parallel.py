@@ -90,7 +90,7 @@ def extract_many(paths, extractor, workers: int | None = None, progress=None, st
         if store is not None and isinstance(res, LocalFeatures):
             store.put(hashes[i], res, extractor.config_key)
         if isinstance(res, Exception):
-            logger.warning("extraction failed: %s", res)
+            logger.debug("extraction failed: %s", res)  # callers report failures (once)
         results[i] = res
         done += 1
         if progress is not None:

@@ -106,7 +106,7 @@ def test_list_and_remove_say_which_images(tmp_path, pool):
     pf.write_text(json.dumps(small_preset()))
     assert run(["-q", "index", str(a), "--index", ix, "--preset", str(pf), "--feature-store",
                 str(FEATURE_CACHE)]).exit_code == 0
-    rows = [json.loads(ln) for ln in run(["list", "--index", ix, "--json"]).output.splitlines()]
+    rows = [json.loads(ln) for ln in run(["list", "--index", ix, "--format", "jsonl"]).output.splitlines()]
     assert sorted(r["status"] for r in rows) == ["failed"] + ["ok"] * 6
     ok = [r for r in rows if r["status"] == "ok"]
     assert all(r["features"] > 0 and r["size"] > 0 and isinstance(r["id"], int) for r in ok)
@@ -114,6 +114,6 @@ def test_list_and_remove_say_which_images(tmp_path, pool):
     res = run(["remove", str(victim["id"]), "--index", ix])
     assert res.exit_code == 0 and f"removed {victim['id']} {victim['path']}" in res.output
     excluded = run(["list", "--index", ix, "--status", "excluded"]).output.splitlines()
-    assert excluded == [f"-\texcluded\t-\t-\t{victim['path']}"]
+    assert excluded == ["id\tstatus\tsize\tfeatures\tpath", f"-\texcluded\t-\t-\t{victim['path']}"]
     failed = run(["list", "--index", ix, "--status", "failed"]).output.splitlines()
-    assert len(failed) == 1 and failed[0].endswith("broken.jpg")
+    assert len(failed) == 2 and failed[1].endswith("broken.jpg")

@@ -54,14 +54,15 @@ def test_walk_extensions_hidden_and_symlink_loops(tmp_path, pool):
     shutil.copy(pool[0], root / "f.bmp")
     shutil.copy(pool[0], root / "sub" / "g.PPM")
     shutil.copy(pool[0], root / "sub" / "h.pgm")
-    shutil.copy(pool[0], root / "sub" / "i.gif")  # not in IMAGE_EXTENSIONS
+    shutil.copy(pool[0], root / "sub" / "i.gif")  # GIF: read (its first frame)
+    shutil.copy(pool[0], root / "sub" / "j.xcf")  # not in IMAGE_EXTENSIONS
     shutil.copy(pool[0], root / ".g.jpg")  # hidden file
     shutil.copy(pool[0], root / ".hidden" / "h.jpg")  # in a hidden folder
     (root / "notes.txt").write_text("not an image")
     (root / "sub" / "deeper" / "loop").symlink_to(root, target_is_directory=True)  # a loop
     found = walk_photos(root)
     names = sorted(Path(p).name for p in found)
-    assert names == ["a.JPG", "b.jpeg", "c.PnG", "d.TIFF", "e.webp", "f.bmp", "g.PPM", "h.pgm"]
+    assert names == ["a.JPG", "b.jpeg", "c.PnG", "d.TIFF", "e.webp", "f.bmp", "g.PPM", "h.pgm", "i.gif"]
     assert all(os.path.isabs(p) for p in found)
 
 
@@ -239,7 +240,7 @@ def test_cli_query_json_schema_and_boxes(cli_index, pool):
     assert hits[0]["path"] == q
     assert all({"id", "rank", "path", "score", "similarity", "verified"} <= set(h) <=
                {"id", "rank", "path", "score", "inliers", "box", "similarity", "verified", "distance"} for h in hits)
-    listed = {r["path"]: r["id"] for r in map(json.loads, run(["list", "--index", str(d / "idx"), "--json"])
+    listed = {r["path"]: r["id"] for r in map(json.loads, run(["list", "--index", str(d / "idx"), "--format", "jsonl"])
                                                 .output.splitlines())}
     assert [h["id"] for h in hits] == [listed[h["path"]] for h in hits]   # the catalog's ids
     scores = [h["score"] for h in hits]

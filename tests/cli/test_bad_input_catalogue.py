@@ -97,7 +97,7 @@ def test_exif_orientation_is_applied(world):
 @pytest.mark.parametrize("args, code, message", [
     (["index", "{d}/nope"], 1, "does not exist"),
     (["index", "{d}/emptydir"], 1, "holds no images"),
-    (["index", "{photos}/cmyk.jpg"], 2, "is a file"),
+    (["index", "{photos}/cmyk.jpg"], 1, "is not a folder (expected a folder of photos)"),
     (["query", "{photos}/missing.jpg", "--index", "{d}/i"], 1, "does not exist"),
     (["query", "{photos}/cmyk.jpg", "--index", "{d}/nope"], 1, "index folder"),
     (["query", "{q}", "--index", "{d}/i", "--bbox", "10,10,5,40"], 1, "x1 <= x2"),
