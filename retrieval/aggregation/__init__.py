@@ -1,5 +1,7 @@
 """Local features -> one vector (or sparse histogram) per image: vocabularies, BoW, VLAD, Fisher, normalisations, PCA."""
 
+from retrieval.core.lazy import lazy_exports
+
 _EXPORTS = {
     "BoW": "bow",
     "FisherVector": "fisher",
@@ -17,21 +19,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
-    """Import a submodule only when one of its names is first used (a query loads what it needs, no more)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "ApproximateKMeans",

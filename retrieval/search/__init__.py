@@ -2,6 +2,8 @@
 query-adaptive delta_p, and kernel search (KPCA + PQ/LSH with exact re-ranking, exact search by the
 Cauchy-Schwarz bound)."""
 
+from retrieval.core.lazy import lazy_exports
+
 _EXPORTS = {
     "InvertedFile": "invfile",
     "IVFADC": "ivfadc",
@@ -11,20 +13,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name):
-    """Import a submodule only when one of its names is first used (a query loads what it needs, no more)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = ["IVFADC", "InvertedFile", "ExactKernelSearch", "KPCALSH", "KPCAPQ"]
