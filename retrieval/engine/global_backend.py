@@ -339,9 +339,11 @@ class GlobalBackend(Backend):
             _, cand = self.ivf.search(q[None, :], min(short, n))
             cand = cand[0][cand[0] >= 0]
             rows = np.flatnonzero(np.isin(self._ids, cand))
+            mat = self._vectors[rows]
         else:
             rows = np.arange(n)
-        scores = np.asarray(np.asarray(self._vectors[rows], dtype=np.float32) @ q, dtype=np.float64)
+            mat = self._vectors   # every row: no gathered copy of the matrix per query
+        scores = np.asarray(np.asarray(mat, dtype=np.float32) @ q, dtype=np.float64)
         kk = min(k, len(rows))
         top = np.argpartition(-scores, kk - 1)[:kk]
         top = top[np.lexsort((self._ids[rows[top]], -scores[top]))]
