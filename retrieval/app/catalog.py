@@ -123,16 +123,22 @@ class Catalog:
                 self._set_meta_raw(k, v)
 
     # ------------------------------------------------------------------ reads
-    def snapshot(self) -> tuple[int, list[dict]]:
-        """``(generation, rows)`` read in one transaction: a consistent view during a concurrent sync."""
+    def snapshot(self, reuse: tuple[int, list[dict]] | None = None) -> tuple[int, list[dict]]:
+        """``(generation, rows)`` read in one transaction: a consistent view during a concurrent sync.
+
+        ``reuse``: an earlier snapshot, returned as it is when the generation has not changed since (every change
+        of the image rows is committed with a new generation, :meth:`commit_sync`), saving the read of every row;
+        its rows must not have been modified."""
         conn = self.db.conn
         conn.execute("BEGIN")
         try:
-            gen = self._meta_raw("generation")
+            gen = int(self._meta_raw("generation") or 0)
+            if reuse is not None and reuse[0] == gen:
+                return reuse
             rows = [dict(r) for r in self.db.query("SELECT * FROM images ORDER BY id")]
         finally:
             conn.execute("COMMIT")
-        return int(gen or 0), rows
+        return gen, rows
 
     def rows(self) -> list[dict]:
         """Every image row, ordered by id."""

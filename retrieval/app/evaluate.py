@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     dict
         ``{"dataset", "preset", "mAP", "per_query", "score" (the protocol's full output), "images", "queries",
         "bytes_per_image", "extraction_seconds", "extraction_seconds_per_image", "index_seconds",
-        "query_seconds_mean", "k", "training", "warnings", "configuration", "effective_parameters" (the preset
+        "query_seconds_mean", "query_seconds_p50", "k", "training", "warnings", "configuration", "effective_parameters" (the preset
         parameters reduced to fit a small training set: ``{param: {"preset", "used", "reason"}}``, see
         :func:`retrieval.engine.presets.record_reduction`), "library_version", ...}``
     """
@@ -222,6 +223,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         "extraction_seconds_per_image": extraction_seconds / max(len(todo), 1),
         "index_seconds": index_seconds,
         "query_seconds_mean": sum(qtimes) / max(len(qtimes), 1),
+        "query_seconds_p50": statistics.median(qtimes) if qtimes else 0.0,
         "query_seconds_total": sum(qtimes),
         "training": {"independent": train_list is not None, "images": len(train_list) if train_list else None},
         "sync": sync.to_json(),

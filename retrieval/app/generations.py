@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -45,6 +46,9 @@ class GenerationsMixin:
             raise ValueError(f"{self._model_dir()}: model trained for preset {info.get('preset')!r} version "
                              f"{info.get('preset_version')}, not {self.preset['name']!r} version "
                              f"{self.preset['version']}.")
+        manifest = self._model_dir() / "manifest.json"
+        backend.model_signature = hashlib.blake2b(manifest.read_bytes(), digest_size=16).hexdigest() \
+            if manifest.is_file() else None
         try:
             backend.load_model(self._model_dir(), info)
         except (KeyError, EOFError, zipfile.BadZipFile) as exc:

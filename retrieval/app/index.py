@@ -82,6 +82,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         self._backend_gen = None
         self._extractor = None
         self._client = None   # a dask.distributed Client during a sync (retrieval.app.cluster)
+        self._snapshot, self._by_id = None, {}   # the catalog rows of the last search's generation (read-only)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -439,7 +440,10 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
 
     def _search(self, image, bbox, k, method, rerank, query_expansion, options) -> list[Hit]:
         for attempt in range(5):
-            gen, rows = self.catalog.snapshot()
+            snap = self.catalog.snapshot(reuse=self._snapshot)
+            if snap is not self._snapshot:
+                self._snapshot, self._by_id = snap, {r["id"]: r for r in snap[1]}
+            gen = snap[0]
             try:
                 backend = self._backend_for(gen) if gen else None
                 break
@@ -454,7 +458,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
             raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
         feats, _ = self.query_features(image)
         feats, box = self._restrict_to_box(feats, bbox)
-        by_id = {r["id"]: r for r in rows}
+        by_id = self._by_id
         store, key = self.store, self.extractor.config_key
 
         def get_features(image_id):

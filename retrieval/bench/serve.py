@@ -51,11 +51,16 @@ def _link_folder(folder: Path, files: list[Path], start: int) -> None:
 
 
 def base_index(workdir: Path, photos: Path, n: int, preset: str, feature_store, workers, progress) -> Path:
-    """The base index of ``photos`` (built once; reused when it holds ``n`` indexed images of that folder)."""
+    """The base index of ``photos`` (built once; reused when it holds ``n`` indexed images of that folder, with
+    their features in its feature store)."""
     base = workdir / f"base-{preset}"
     if (base / "catalog.db").exists():
         idx = Index.open(base)
-        ok = idx.roots == [str(photos.resolve())] and idx.catalog.count("indexed") == n
+        rows = [r for r in idx.catalog.rows() if r["status"] == "indexed"]
+        # the stored features must still be there (a feature store given on an earlier run may be gone: every
+        # verification would then extract the image again)
+        ok = (idx.roots == [str(photos.resolve())] and len(rows) == n
+              and all((r["hash"], idx.extractor.config_key) in idx.store for r in rows))
         idx.close()
         if ok:
             return base

@@ -9,6 +9,7 @@ side by side instead.
 
 from __future__ import annotations
 
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -19,15 +20,17 @@ _LOCAL = threading.local()
 @contextmanager
 def single_threaded_blas():
     """Context in which the calling thread's BLAS calls use one thread; re-entrant: the outermost context of a
-    thread sets the limit and restores the previous count. The ``threadpoolctl`` controller is created once
-    (~10 ms); each use then costs microseconds."""
+    thread sets the limit and restores the previous count. The ``threadpoolctl`` controller (~10 ms) is created
+    again only when modules were imported since (one may have loaded another BLAS library, e.g. SciPy's); each use
+    otherwise costs microseconds."""
     depth = getattr(_LOCAL, "depth", 0)
     if depth == 0:
-        if not _CONTROLLER:
+        if not _CONTROLLER or _CONTROLLER[0][0] != len(sys.modules):
             from threadpoolctl import ThreadpoolController
 
-            _CONTROLLER.append(ThreadpoolController())
-        _LOCAL.limiter = _CONTROLLER[0].limit(limits=1, user_api="blas")
+            n_modules = len(sys.modules)
+            _CONTROLLER[:] = [(n_modules, ThreadpoolController())]
+        _LOCAL.limiter = _CONTROLLER[0][1].limit(limits=1, user_api="blas")
     _LOCAL.depth = depth + 1
     try:
         yield
@@ -36,3 +39,28 @@ def single_threaded_blas():
         if _LOCAL.depth == 0:
             _LOCAL.limiter.restore_original_limits()
             _LOCAL.limiter = None
+
+
+_POOLS: dict = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(threads: int):
+    """The process's pool of ``threads`` worker threads (created on first use, shared by every caller), for work
+    whose heavy part releases the GIL (matrix products): the images of a search's shortlist matched side by
+    side. Callers submit from inside :func:`single_threaded_blas`, so each worker's products use one BLAS thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _POOLS_LOCK:
+        pool = _POOLS.get(int(threads))
+        if pool is None:
+            pool = _POOLS[int(threads)] = ThreadPoolExecutor(int(threads), thread_name_prefix="retrieval-pool")
+        return pool
+
+
+def parallel_map(fn, items: list, threads: int) -> list:
+    """``[fn(x) for x in items]``, run on :func:`shared_pool` when ``threads > 1`` and there are several items
+    (same results in the same order; an exception of ``fn`` is raised here)."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    return list(shared_pool(threads).map(fn, items))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.core.cache import BytesLRU
 from retrieval.core.persistence import atomic_write, crash_point
 from retrieval.engine.config import Preset
 from retrieval.engine.hits import Hit
@@ -89,6 +90,25 @@ def query_expansion_count(preset_value: int, asked, rerank: str) -> int:
     return int(preset_value) if rerank == "spatial" else 0
 
 
+VERIFICATION_CACHE_MB = 256
+"""Default memory budget of a backend's verification cache (environment variable ``RETRIEVAL_VERIFY_CACHE_MB``;
+0 disables it). About 130 kB per Holidays photo for the ``default`` preset: 256 MB keep about 2,000 images."""
+
+
+def verification_cache_bytes() -> int:
+    """The verification cache budget in bytes: ``RETRIEVAL_VERIFY_CACHE_MB`` (a number >= 0) or the default."""
+    raw = os.environ.get("RETRIEVAL_VERIFY_CACHE_MB")
+    if raw is None or raw.strip() == "":
+        return VERIFICATION_CACHE_MB << 20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise ValueError(f"RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0; got {raw!r}.")
+    return int(mb * (1 << 20))
+
+
 class Backend:
     """The interface every preset kind implements (see the module docstring)."""
 
@@ -98,6 +118,11 @@ class Backend:
         self.preset = preset
         self.trained = False
         self.effective = {}  # preset parameters reduced to fit the training data (record_reduction)
+        # what spatial re-ranking reads of each database image, kept across searches by image id (ids are never
+        # reused and an id always names the same content); a server hands it to the next generation's backend
+        # when the model is the same (retrieval.web.service.SharedBackends)
+        self.verification_cache = BytesLRU(verification_cache_bytes())
+        self.model_signature = None   # the model manifest's hash, set when the model is loaded from an index
 
     @property
     def config(self) -> Preset:

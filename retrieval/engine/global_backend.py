@@ -379,7 +379,8 @@ class GlobalBackend(Backend):
 
         def verify(candidates):
             return spatial_rerank(candidates, query, query_box, get_features, shortlist=len(candidates),
-                                  min_inliers=s.min_inliers, ratio=s.ratio, describe=self._describe)
+                                  min_inliers=s.min_inliers, ratio=s.ratio, describe=self._describe,
+                                  cache=self.verification_cache)
 
         checked = verify(hits[:s.shortlist])
         hits = finish_ranking(checked + hits[s.shortlist:], reranked=True)

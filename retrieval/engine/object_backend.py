@@ -4,6 +4,7 @@ BoW in an inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranki
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -142,5 +143,7 @@ class ObjectBackend(Backend):
         # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as
         # ``similarity`` and the ranking key as ``score``
         extra = {"query_expansion": n_qe} if n_qe else {}
+        self.searcher.verify_threads = min(4, os.cpu_count() or 1)
+        self.searcher.verification_cache = self.verification_cache
         return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
                                     get_features=get_features, **extra)

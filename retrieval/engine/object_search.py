@@ -30,6 +30,7 @@ from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import read_folder_header, save_npy_atomic, write_json_atomic
+from retrieval.core.threads import parallel_map
 from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.engine.object_scores import object_similarity, unverified_hits, word_matches
 from retrieval.features.frames import parse_box, select_in_box
@@ -88,7 +89,16 @@ class ObjectSearcher:
     ----------
     vocabulary_ : ApproximateKMeans
     invfile_ : InvertedFile
+    verify_threads : int
+        Shortlisted images verified side by side with the stored features (default 1; the index backend sets the
+        number of cores, at most 4). The outcome does not depend on it.
+    verification_cache : BytesLRU or None
+        Keeps the frames and RootSIFT descriptors of verified images by id across searches (default None; the
+        index backend sets its own, :class:`retrieval.core.cache.BytesLRU`).
     """
+
+    verify_threads = 1
+    verification_cache = None
 
     def __init__(self, n_words: int = 100_000, *, assignment: str = "hard", idf: bool = True,
                  shortlist: int = 200, min_inliers: int = DEFAULT_MIN_INLIERS, rootsift: bool = True,
@@ -227,10 +237,15 @@ class ObjectSearcher:
         q_frames, q_desc, q_words = q
         words, _, frames, _ = self._fwd[int(i)]
         if get_features is not None:
-            f = get_features(int(i))
-            frames = np.asarray(f.frames, np.float32)
-            matches = (tentative_matches(q_desc, _descriptors(f, self.rootsift), ratio=VERIFY_RATIO)
-                       if len(f) and len(q_desc) else np.empty((0, 2), np.int64))
+            def described():
+                f = get_features(int(i))
+                return np.asarray(f.frames, np.float32), _descriptors(f, self.rootsift)
+
+            cache = self.verification_cache
+            frames, desc = described() if cache is None else cache.get_or_compute(
+                ("described", int(i)), described, lambda v: v[0].nbytes + v[1].nbytes + 64)
+            matches = (tentative_matches(q_desc, desc, ratio=VERIFY_RATIO)
+                       if len(desc) and len(q_desc) else np.empty((0, 2), np.int64))
         else:
             matches = word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
@@ -392,11 +407,15 @@ class ObjectSearcher:
         # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first
         # VERIFY_SHORTLIST images after exact re-ranking are verified, as the global presets' search.shortlist
         checked = {} if checked is None else checked
-        for hit in hits[:VERIFY_SHORTLIST] if get_features is not None else hits:
-            if hit.id not in checked:
-                v = self._verify(q, hit.id, get_features)
-                checked[hit.id] = ((int(v.inliers), project_box(box, v.transform, self._fwd[hit.id][3]))
-                                   if v is not None and v.verified else None)
+        head = hits[:VERIFY_SHORTLIST] if get_features is not None else hits
+        todo = [h.id for h in head if h.id not in checked]
+        # the ratio test's matrix products release the GIL: the images are matched side by side
+        outcomes = parallel_map(lambda i: self._verify(q, i, get_features), todo,
+                                self.verify_threads if get_features is not None else 1)
+        for i, v in zip(todo, outcomes, strict=True):
+            checked[i] = ((int(v.inliers), project_box(box, v.transform, self._fwd[i][3]))
+                          if v is not None and v.verified else None)
+        for hit in head:
             if checked[hit.id] is not None:
                 hit.verified = True
                 hit.inliers, hit.box = checked[hit.id]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from retrieval.core.cache import BytesLRU
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.matching import tentative_matches
@@ -34,7 +35,8 @@ def plausible_transform(transform, max_scale_change: float = 10.0, region=None) 
 
 
 def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shortlist: int,
-                   min_inliers: int | None = None, ratio: float, describe: Callable | None = None) -> list:
+                   min_inliers: int | None = None, ratio: float, describe: Callable | None = None,
+                   cache: BytesLRU | None = None) -> list:
     """Re-rank the first ``shortlist`` hits: verified hits first, by decreasing inliers.
 
     Tentative matches by the ratio test of :func:`retrieval.rerank.matching.tentative_matches` (RootSIFT by
@@ -55,6 +57,9 @@ def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shor
         unrelated images more often.
     describe : callable(uint8 SIFT (n, 128)) -> float32 (n, d) or None — descriptors compared by the ratio test
         (default RootSIFT; the global backends pass RootSIFT reduced by their local PCA to 64-d, twice as fast)
+    cache : BytesLRU or None
+        Keeps each database image's frames and described descriptors (key ``("described", id)``) across calls
+        (the caller guarantees that an id always names the same image and that ``describe`` does not change).
     """
     if len(query) == 0 or not hits:
         return hits
@@ -63,14 +68,28 @@ def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shor
     dq = describe(query.descriptors)
     head, tail = hits[:shortlist], hits[shortlist:]
     verified, unverified = [], []
+
+    def database_side(image_id):
+        db = get_features(image_id)
+        return db.frames, (describe(db.descriptors) if len(db) else None), db.image_size
+
+    def size(item):
+        return item[0].nbytes + (0 if item[1] is None else item[1].nbytes) + 64
+
+    def check(hit):
+        if cache is None:
+            frames, desc, image_size = database_side(hit.id)
+        else:
+            frames, desc, image_size = cache.get_or_compute(("described", hit.id), lambda i=hit.id: database_side(i),
+                                                                 size)
+        matches = tentative_matches(dq, desc, ratio=ratio) if desc is not None else np.empty((0, 2), np.int64)
+        return verify(query.frames, frames, matches, min_inliers=min_inliers), image_size
+
     for hit in head:
-        db = get_features(hit.id)
-        matches = tentative_matches(dq, describe(db.descriptors), ratio=ratio) if len(db) else \
-            np.empty((0, 2), np.int64)
-        v = verify(query.frames, db.frames, matches, min_inliers=min_inliers)
+        v, image_size = check(hit)
         hit.inliers = int(v.inliers)
         hit.verified = bool(v.verified)
-        box = project_box(query_box, v.transform, db.image_size) if v.verified else None
+        box = project_box(query_box, v.transform, image_size) if v.verified else None
         if box is not None:
             hit.box = box
             verified.append(hit)

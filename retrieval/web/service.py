@@ -57,6 +57,10 @@ class SharedBackends:
                 backend = Index._backend_for(idx, gen, fallback=fallback)
                 idx._backend = None
                 with self._lock:
+                    newest = self._cache[max(self._cache)] if self._cache else None
+                    if (newest is not None and backend.model_signature is not None
+                            and newest.model_signature == backend.model_signature):
+                        backend.verification_cache = newest.verification_cache   # same model: same descriptions
                     self._cache[gen] = backend
                     for old in sorted(self._cache)[:-2]:
                         del self._cache[old]

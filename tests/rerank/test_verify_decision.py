@@ -149,3 +149,49 @@ def test_spatial_rerank_verified_first_with_boxes():
     assert out[0].inliers == n and out[0].verified and np.allclose(out[0].box, (30, 20, 429, 419))
     assert out[1].verified and n // 2 <= out[1].inliers < n
     assert not out[2].verified and out[2].box is None and not out[3].verified
+
+
+def test_spatial_rerank_cache_reads_each_image_once_and_changes_nothing():
+    """With a verification cache, a second re-ranking of the same hits reads no stored features and gives the
+    same order, inliers and boxes as re-ranking without a cache; a budget too small for one image keeps nothing
+    and still gives the same result."""
+    from retrieval.core.cache import BytesLRU
+    from retrieval.engine.hits import Hit
+    from retrieval.features.types import LocalFeatures
+    from retrieval.rerank.spatial import spatial_rerank
+
+    rng = np.random.default_rng(6)
+    n = 150
+    desc = (rng.random((n, 128)) * 255).astype(np.uint8)
+    fq = _frames(rng.uniform(0, 400, (n, 2))).astype(np.float32)
+    query = LocalFeatures(fq, desc, (400, 400))
+    db = {}
+    for i, shift in enumerate([(10, 5), None, (40, -3), None], start=1):
+        f = fq.copy()
+        if shift is None:
+            f[:, :2] = rng.uniform(0, 400, (n, 2))
+        else:
+            f[:, :2] += shift
+        db[i] = LocalFeatures(f, desc, (480, 480))
+    reads = []
+
+    def get_features(i):
+        reads.append(i)
+        return db[i]
+
+    def ranked(cache):
+        hits = [Hit(i, 1.0 - 0.1 * i) for i in db]
+        out = spatial_rerank(hits, query, (0, 0, 399, 399), get_features, shortlist=4, ratio=0.85, cache=cache)
+        return [(h.id, h.inliers, h.verified, None if h.box is None else tuple(np.round(h.box, 6))) for h in out]
+
+    plain = ranked(None)
+    assert [r[0] for r in plain] == [1, 3, 2, 4] and plain[0][2] and plain[1][2] and not plain[2][2]
+    cache = BytesLRU(1 << 30)
+    reads.clear()
+    assert ranked(cache) == plain and sorted(reads) == [1, 2, 3, 4]
+    reads.clear()
+    assert ranked(cache) == plain and reads == []   # all four came from the cache
+    assert cache.hits == 4 and len(cache) == 4
+    tiny = BytesLRU(1000)   # smaller than one image's frames and descriptions
+    reads.clear()
+    assert ranked(tiny) == plain and ranked(tiny) == plain and len(reads) == 8 and len(tiny) == 0

@@ -251,6 +251,11 @@ def test_add_then_delete_is_reflected_by_searches(served):
     assert res["generation"] == gen0 + 1
     found = {h["id"]: h for h in res["hits"]}
     assert new_id in found and found[new_id]["verified"]
+    # the new generation's backend took over the verification cache of the one before (same model)
+    backends = server.service.shared._cache
+    assert sorted(backends) == [gen0, gen0 + 1], sorted(backends)
+    assert backends[gen0].verification_cache is backends[gen0 + 1].verification_cache
+    assert len(backends[gen0 + 1].verification_cache) > 0
 
     # a later 'retrieval index PHOTO_DIR' keeps the uploaded image (the index follows its uploads folder)
     out = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--workers", "1", "--quiet"])

@@ -1,0 +1,80 @@
+"""The bytes-bounded LRU cache (retrieval.core.cache.BytesLRU): budget, eviction order, thread safety."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from retrieval.core.cache import BytesLRU
+
+
+def test_evicts_least_recently_used_within_the_budget():
+    c = BytesLRU(100)
+    c.put("a", 1, 40)
+    c.put("b", 2, 40)
+    assert c.get("a") == 1           # "a" is now the most recently used
+    c.put("c", 3, 40)                # 120 > 100: "b", the least recently used, goes
+    assert "b" not in c and c.get("a") == 1 and c.get("c") == 3
+    assert c.nbytes == 80 and len(c) == 2
+    c.put("a", 9, 10)                # replacing a key updates its size
+    assert c.get("a") == 9 and c.nbytes == 50
+
+
+def test_value_over_budget_is_not_kept_and_zero_disables():
+    c = BytesLRU(100)
+    c.put("small", 1, 60)
+    c.put("huge", 2, 101)
+    assert "huge" not in c and c.get("small") == 1 and c.nbytes == 60
+    off = BytesLRU(0)
+    assert off.get_or_compute("k", lambda: 5, lambda v: 1) == 5 and len(off) == 0 and off.nbytes == 0
+    with pytest.raises(ValueError, match="max_bytes must be >= 0"):
+        BytesLRU(-1)
+
+
+def test_get_or_compute_computes_once_and_counts():
+    c = BytesLRU(1000)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return [1, 2, 3]
+
+    assert c.get_or_compute("x", compute, len) == [1, 2, 3]
+    assert c.get_or_compute("x", compute, len) == [1, 2, 3]
+    assert len(calls) == 1 and c.hits == 1 and c.misses == 1 and c.nbytes == 3
+
+
+def test_threads_keep_the_books_consistent():
+    """Eight threads putting and getting overlapping keys: the byte total always equals the sum of what is kept
+    and never exceeds the budget."""
+    c = BytesLRU(500)
+
+    def work(t):
+        for i in range(2000):
+            k = (t * 7 + i) % 37
+            if c.get(k) is None:
+                c.put(k, k, 10 + k)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    kept = {k: 10 + k for k in range(37) if k in c}
+    assert c.nbytes == sum(kept.values()) <= 500 and len(c) == len(kept) > 0
+
+
+def test_verification_cache_budget_from_the_environment(monkeypatch):
+    from retrieval.engine.backend import VERIFICATION_CACHE_MB, verification_cache_bytes
+
+    monkeypatch.delenv("RETRIEVAL_VERIFY_CACHE_MB", raising=False)
+    assert verification_cache_bytes() == VERIFICATION_CACHE_MB << 20
+    monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0.5")
+    assert verification_cache_bytes() == 1 << 19
+    monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0")
+    assert verification_cache_bytes() == 0
+    for bad in ("-1", "lots", "nan"):
+        monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", bad)
+        with pytest.raises(ValueError, match="RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0"):
+            verification_cache_bytes()
