@@ -73,7 +73,15 @@ def base_index(workdir: Path, photos: Path, n: int, preset: str, feature_store, 
     return base
 
 
-def _start_server(index: Path, threads) -> tuple[subprocess.Popen, int]:
+def _drain(stream, log: Path) -> None:
+    """Copy the server's stderr to ``log`` line by line (keeps the pipe drained; the log outlives the run)."""
+    with open(log, "a", encoding="utf-8") as fh:
+        for line in stream:
+            fh.write(line)
+            fh.flush()
+
+
+def _start_server(index: Path, threads, log: Path) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index), "--port", "0"]
     if threads:
         cmd += ["--threads", str(threads)]
@@ -83,7 +91,8 @@ def _start_server(index: Path, threads) -> tuple[subprocess.Popen, int]:
         proc.kill()
         raise RuntimeError(f"'retrieval serve' did not start: {line.strip()} {proc.stderr.read()[-500:]}")
     port = int(line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-    threading.Thread(target=proc.stderr.read, daemon=True).start()   # keep the pipe drained
+    log.write_text(line, encoding="utf-8")
+    threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
     return proc, port
 
 
@@ -135,7 +144,8 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
     ids = np.array(sorted(paths[gen0]))
     order = np.random.default_rng(seed).choice(ids, size=searches, replace=len(ids) < searches)
 
-    server, port = _start_server(run, threads)
+    server_log = workdir / "server.log"
+    server, port = _start_server(run, threads, server_log)
     results: list[tuple] = []
     sync = {}
     try:
@@ -195,7 +205,7 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
     for sent, _, status, body in results:
         if status != 200:
             errors += 1
-            first_problem = first_problem or f"HTTP {status}: {body.get('error')}"
+            first_problem = first_problem or f"HTTP {status}: {body.get('error')} (server log: {server_log})"
             continue
         g = body.get("generation")
         seen[g] = seen.get(g, 0) + 1
@@ -224,4 +234,4 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
             "latency_ms": pct(lat), "latency_during_sync_ms": pct(during), "search_ms_in_server": pct(service),
             "searches_during_sync": int(len(during)), "searches_per_s": round(len(results) / wall, 2),
             "sync_seconds": round(sync["end"] - sync["start"], 1) if n_add else 0.0,
-            "base_index_seconds": round(build_seconds, 1)}
+            "base_index_seconds": round(build_seconds, 1), "server_log": str(server_log)}
