@@ -8,6 +8,7 @@ imports stay inside the commands so that ``retrieval --help`` is fast.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import sys
 
@@ -87,6 +88,9 @@ def setup_logging(verbose: int, quiet: bool) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO if verbose else
                                            logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s", force=True)
+    # Dask's scheduler and worker processes (bench scale, a local cluster) configure their own logging from
+    # Dask's configuration, which children read from the environment: the same level there, unless the user set one
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", logging.getLevelName(level).lower())
 
 
 @click.group(name="retrieval", cls=RetrievalGroup, context_settings={"help_option_names": ["-h", "--help"]})

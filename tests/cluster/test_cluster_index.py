@@ -272,3 +272,21 @@ def test_served_sharded_index_searches_its_shards_on_the_cluster(tmp_path, clust
         assert all(idx._search_client is client for idx in server.service._all)
     finally:
         server.stop()
+
+
+def test_bench_scale_keeps_dask_quiet_without_verbose():
+    """Dask's scheduler and worker processes log INFO lines of their own (their own format); without ``-v`` the
+    command's stderr has none of them, with ``-v`` they come back."""
+    minibench = shared_path("minibench.json")
+
+    def stderr_of(*flags):
+        res = subprocess.run([sys.executable, "-m", "retrieval.cli", *flags, "bench", "scale", "--images", "2",
+                              "--skip-search", "--json", "--minibench", str(minibench)],
+                             capture_output=True, text=True, timeout=300,
+                             env={k: v for k, v in os.environ.items() if not k.startswith("DASK_")})
+        assert res.returncode == 0, res.stderr[-2000:]
+        return [ln for ln in res.stderr.splitlines() if " - INFO - " in ln or ln.startswith("INFO")]
+
+    assert stderr_of() == []
+    assert stderr_of("-q") == []
+    assert stderr_of("-v") != []
