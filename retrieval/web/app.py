@@ -19,7 +19,7 @@ from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval._version import __version__
@@ -31,6 +31,20 @@ logger = logging.getLogger(__name__)
 TOKEN_COOKIE = "retrieval_token"
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 """The only static files served (by name from this fixed list, never by a path from the request)."""
+SWAGGER_FILES = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
+                 "favicon.png": "image/png"}
+"""The Swagger UI files of the ``/docs`` page (Swagger UI 5, which reads OpenAPI 3.1), served from the static folder
+of the ``fastapi-offline`` package (by name from this fixed list): the page works without access to the internet."""
+DOCS_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>retrieval: the JSON API</title>
+<link rel="stylesheet" href="/static/swagger/swagger-ui.css"><link rel="icon" href="/static/swagger/favicon.png">
+</head><body><div id="swagger-ui"></div>
+<script src="/static/swagger/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#swagger-ui", deepLinking: true,
+                         presets: [SwaggerUIBundle.presets.apis], layout: "BaseLayout"});</script>
+</body></html>
+"""
+"""The ``/docs`` page: Swagger UI drawing ``/openapi.json`` (the API's generated schema)."""
 UPLOAD_OVERHEAD = 1 << 16
 
 
@@ -65,7 +79,7 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
         yield
         service.close()
 
-    app = FastAPI(title="retrieval", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="retrieval", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Search an image index by image or by box; add and remove images. Errors are "
                               "`{\"error\": \"one line\"}` with a status code. Give the token, when the server has "
                               "one, as `Authorization: Bearer TOKEN`.")
@@ -111,6 +125,18 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
             raise ApiError(404, f"no static file {name!r}.")
         data = resources.files("retrieval.web").joinpath("static", name).read_bytes()
         return Response(data, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        return HTMLResponse(DOCS_PAGE)
+
+    @app.get("/static/swagger/{name}", include_in_schema=False)
+    def swagger_static(name: str):
+        if name not in SWAGGER_FILES:
+            raise ApiError(404, f"no static file {name!r}.")
+        data = resources.files("fastapi_offline").joinpath("static", name).read_bytes()
+        return Response(data, media_type=SWAGGER_FILES[name],
+                        headers={"Cache-Control": "max-age=86400"})
 
     app.include_router(api.router)
     app.include_router(pages.router)

@@ -292,6 +292,16 @@ def test_pages_and_openapi(served):
     assert_error(client.get("/query", params={"id": 987654}), 404)
     assert client.get("/static/app.js").status_code == 200
     assert_error(client.get("/static/..%2Fservice.py"), 404)
+    # the OpenAPI page and its Swagger UI files come from the server itself (no CDN: it works offline)
+    page = client.get("/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    for url in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css"):
+        assert url in page.text
+        r = client.get(url)
+        assert r.status_code == 200 and len(r.content) > 10_000, url
+    assert "http://" not in page.text and "https://" not in page.text
+    assert_error(client.get("/static/swagger/..%2F..%2F__init__.py"), 404)
+    assert client.get("/redoc").status_code == 404
     paths = client.get("/openapi.json").json()["paths"]
     for p in ("/api/search", "/api/images", "/api/images/{image_id}", "/api/info", "/api/match"):
         assert p in paths

@@ -121,3 +121,18 @@ def test_upload_a_photo_search_and_match_in_place(web_base, server, browser):  #
                          .get_attribute("data-lines") else False)
     assert "/query" in d.current_url and section.get_attribute("data-verified") == "true"
     assert len(section.find_elements(By.CSS_SELECTOR, "line.corr")) == int(section.get_attribute("data-lines")) >= 9
+
+
+def test_the_api_page_renders_its_operations_from_the_server_alone(server, browser):
+    """/docs draws the API with Swagger UI served by the server itself: the operations appear although the page
+    may reach nothing but the server (no CDN)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser
+    d.get(server.url + "/docs")
+    WebDriverWait(d, 120).until(lambda drv: drv.find_elements(By.CSS_SELECTOR, ".opblock"))
+    paths = {e.text.replace("\u200b", "") for e in d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert {"/api/search", "/api/images", "/api/info", "/api/match"} <= paths, paths
+    loaded = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(u.startswith(server.url) for u in loaded), loaded
