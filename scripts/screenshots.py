@@ -56,9 +56,11 @@ def main() -> int:
     from selenium.webdriver.support.ui import WebDriverWait
 
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="retrieval-shots-"))
+    # a fixed, plain folder name: the paths shown in the screenshots carry no random temporary suffix
+    work = Path(tempfile.gettempdir()) / "retrieval-demo"
+    shutil.rmtree(work, ignore_errors=True)
     photos = work / "photos"
-    photos.mkdir()
+    photos.mkdir(parents=True)
     for name in OPENCV:
         shutil.copy(data / "opencv_samples" / name, photos / name)
     for p in sorted((data / "holidays" / "images").iterdir()):
