@@ -50,6 +50,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
     walk_photos,
 )
 from retrieval.app.integrity import CATALOG_BACKUP, write_manifest
+from retrieval.app.rotations import with_rotations
 from retrieval.app.shards import check_shards, shard_count
 from retrieval.core.checks import check_scalar
 from retrieval.core.persistence import crash_point, fsync_dir
@@ -456,7 +457,7 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                              f"before its first commit; query again when it has finished.")
         if gen == 0:
             raise ValueError(f"index {self.path} is empty: run 'retrieval index PHOTO_DIR --index {self.path}' first.")
-        feats, _ = self.query_features(image)
+        feats, qrow = self.query_features(image)
         feats, box = self._restrict_to_box(feats, bbox)
         by_id = self._by_id
         store, key = self.store, self.extractor.config_key
@@ -468,8 +469,15 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 f = self.extractor(r["path"])
             return f
 
-        hits: list[Hit] = backend.search(feats, k=k, query_box=box, method=method, rerank=rerank,
-                                         get_features=get_features, query_expansion=query_expansion, **options)
+        def search(f, query_box=box):
+            return backend.search(f, k=k, query_box=query_box, method=method, rerank=rerank,
+                                  get_features=get_features, query_expansion=query_expansion, **options)
+
+        hits: list[Hit] = search(feats)
+        s = backend.config.search
+        if s.rotation_fallback and bbox is None and (rerank or s.rerank) == "spatial":
+            hits = with_rotations(self, hits, image, qrow, by_id, k,
+                                  lambda f: search(f, self._restrict_to_box(f, None)[1]))
         out = []
         for hit in hits:
             r = by_id.get(hit.id)

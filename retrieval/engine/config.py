@@ -329,6 +329,9 @@ class SearchConfig(_Section):
                                 "(global vectors; object: BoW histograms or asmk signatures in the matched boxes) and "
                                 "searched again; "
                                 "0 = off; needs rerank spatial", low=0)
+    rotation_fallback: bool = _key(False, "a whole-image query that verifies nothing but copies of itself is searched "
+                                   "again turned by 90 and 270 degrees (upright features do not match a sideways "
+                                   "photo); needs rerank spatial", kind=bool)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""Rotated whole-image queries (the preset key ``search.rotation_fallback``).
+
+The Hessian-affine features of the presets are upright (the gravity assumption of Philbin et al. 2007): they do
+not match a photo turned by 90 degrees, the common case of a camera or phone held sideways whose file carries no
+EXIF orientation. Holidays has many such pairs, and a query rotated against its matches finds nothing.
+
+The fallback: when a whole-image query verifies nothing but copies of itself, the query image is rotated by 90 and
+by 270 degrees, its features are extracted again and searched with the same settings; the hits those searches
+verify (other than copies of the query) come first, by inliers, then the upright query's ranking. Only queries
+that verify nothing pay for it (two extractions and two searches); a query that verified a match is answered as
+before. This goes beyond the papers, which assume upright images (docs/differences.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from retrieval.engine.hits import Hit, finish_ranking
+from retrieval.features.image import LoadedImage
+from retrieval.features.types import LocalFeatures
+
+QUARTER_TURNS = (1, 3)
+"""The rotations tried, in quarter turns counter-clockwise (90 and 270 degrees)."""
+
+
+def rotated_features(extractor, path, quarter_turns: int) -> LocalFeatures:
+    """The features of the image file ``path`` turned by ``quarter_turns`` x 90 degrees counter-clockwise (after
+    EXIF orientation), in the pixels of the turned image."""
+    img = extractor.load(path)
+    pixels = np.ascontiguousarray(np.rot90(img.pixels, k=quarter_turns))
+    (w, h), (sx, sy) = img.original_size, img.scale_xy
+    if quarter_turns % 2:
+        w, h, sx, sy = h, w, sy, sx
+    turned = LoadedImage(pixels=pixels, scale=img.scale, original_size=(int(w), int(h)),
+                         orientation=img.orientation, path=img.path, scale_xy=(sx, sy))
+    return extractor(turned)
+
+
+def merge_rotated(upright: list[Hit], rotated: list[list[Hit]], is_copy, k: int) -> list[Hit]:
+    """The upright ranking with the hits that a rotated search verified (copies of the query left out) put first
+    by inliers (one per image: the rotation with most inliers); ``upright`` unchanged when there are none."""
+    best: dict[int, Hit] = {}
+    for hits in rotated:
+        for h in hits:
+            if h.verified and not is_copy(h.id) and (h.id not in best or h.inliers > best[h.id].inliers):
+                best[h.id] = h
+    if not best:
+        return upright
+    merged = list(best.values()) + [h for h in upright if h.id not in best]
+    return finish_ranking(merged, reranked=True)[:k]
+
+
+def needs_rotation(hits: list[Hit], is_copy) -> bool:
+    """True when no hit is verified but copies of the query."""
+    return not any(h.verified and not is_copy(h.id) for h in hits)
+
+
+def query_file(row, image) -> str | None:
+    """The query's image file (an indexed row's path, or the file given), or None when it is gone."""
+    path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
+    return path if os.path.isfile(path) else None
+
+
+def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, search) -> list[Hit]:
+    """``hits`` of a whole-image query, completed by the rotated searches when they verify nothing but copies of
+    the query (module docstring). ``search(features) -> hits`` runs the query's search on other features."""
+    from retrieval.features.store import file_hash
+
+    if row is None and isinstance(image, (int, np.integer)):
+        row = by_id.get(int(image))
+    path = query_file(row, image)
+    if path is None:
+        return hits
+    query_hash = row["hash"] if row is not None else file_hash(path)
+
+    def is_copy(image_id) -> bool:
+        r = by_id.get(int(image_id))
+        return r is not None and r["hash"] == query_hash
+
+    if not needs_rotation(hits, is_copy):
+        return hits
+    rotated = [search(rotated_features(index.extractor, path, t)) for t in QUARTER_TURNS]
+    return merge_rotated(hits, rotated, is_copy, k)
