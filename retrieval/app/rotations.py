@@ -25,10 +25,10 @@ QUARTER_TURNS = (1, 3)
 """The rotations tried, in quarter turns counter-clockwise (90 and 270 degrees)."""
 
 
-def rotated_features(extractor, path, quarter_turns: int) -> LocalFeatures:
-    """The features of the image file ``path`` turned by ``quarter_turns`` x 90 degrees counter-clockwise (after
-    EXIF orientation), in the pixels of the turned image."""
-    img = extractor.load(path)
+def rotated_features(extractor, image, quarter_turns: int) -> LocalFeatures:
+    """The features of ``image`` (a file, or a :class:`LoadedImage` from ``extractor.load``) turned by
+    ``quarter_turns`` x 90 degrees counter-clockwise (after EXIF orientation), in the pixels of the turned image."""
+    img = image if isinstance(image, LoadedImage) else extractor.load(image)
     pixels = np.ascontiguousarray(np.rot90(img.pixels, k=quarter_turns))
     (w, h), (sx, sy) = img.original_size, img.scale_xy
     if quarter_turns % 2:
@@ -81,5 +81,6 @@ def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, sear
 
     if not needs_rotation(hits, is_copy):
         return hits
-    rotated = [search(rotated_features(index.extractor, path, t)) for t in QUARTER_TURNS]
+    loaded = index.extractor.load(path)
+    rotated = [search(rotated_features(index.extractor, loaded, t)) for t in QUARTER_TURNS]
     return merge_rotated(hits, rotated, is_copy, k)

@@ -77,3 +77,23 @@ def test_merge_puts_rotated_verified_hits_first_once_and_skips_copies():
     out = merge_rotated(upright, [r90, r270], is_copy, k=4)
     assert [(h.id, h.inliers) for h in out] == [(7, 50), (3, 25), (2, 10), (1, None)]
     assert merge_rotated(upright, [[hit(7, 0.4, True, 30)]], is_copy, k=4) is upright
+
+
+def test_turned_features_live_in_the_turned_image(world):
+    """Features of the image turned by 90 degrees counter-clockwise: the size is swapped, and mapped back to the
+    upright image (x, y) = (w - 1 - y', x') their centres land on the upright features (the detector sees the same
+    structures)."""
+    import numpy as np
+    from scipy.spatial import cKDTree
+
+    from retrieval.app.rotations import rotated_features
+
+    photos, target, _, indexes = world
+    ex = indexes[False].extractor
+    upright = ex(photos / target)
+    turned = rotated_features(ex, photos / target, 1)
+    w, h = upright.image_size
+    assert turned.image_size == (h, w)
+    back = np.c_[w - 1 - turned.xy[:, 1], turned.xy[:, 0]]
+    d, _ = cKDTree(upright.xy).query(back)
+    assert len(turned) > 50 and np.median(d) < 1.0, np.median(d)
