@@ -469,15 +469,15 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 f = self.extractor(r["path"])
             return f
 
-        def search(f, query_box=box):
+        def search(f, query_box=box, expansion=query_expansion):
             return backend.search(f, k=k, query_box=query_box, method=method, rerank=rerank,
-                                  get_features=get_features, query_expansion=query_expansion, **options)
+                                  get_features=get_features, query_expansion=expansion, **options)
 
         hits: list[Hit] = search(feats)
         s = backend.config.search
         if s.rotation_fallback and bbox is None and (rerank or s.rerank) == "spatial":
             hits = with_rotations(self, hits, image, qrow, by_id, k,
-                                  lambda f: search(f, self._restrict_to_box(f, None)[1]))
+                                  lambda f: search(f, self._restrict_to_box(f, None)[1], 0))
         out = []
         for hit in hits:
             r = by_id.get(hit.id)

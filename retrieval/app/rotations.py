@@ -5,10 +5,10 @@ not match a photo turned by 90 degrees, the common case of a camera or phone hel
 EXIF orientation. Holidays has many such pairs, and a query rotated against its matches finds nothing.
 
 The fallback: when a whole-image query verifies nothing but copies of itself, the query image is rotated by 90 and
-by 270 degrees, its features are extracted again and searched with the same settings; the hits those searches
-verify (other than copies of the query) come first, by inliers, then the upright query's ranking. Only queries
-that verify nothing pay for it (two extractions and two searches); a query that verified a match is answered as
-before. This goes beyond the papers, which assume upright images (docs/differences.md).
+by 270 degrees, its features are extracted again and searched with the same settings but no query expansion; the
+hits those searches verify (other than copies of the query) come first, by inliers, then the upright query's
+ranking. Only queries that verify nothing pay for it (two extractions and two searches); a query that verified a
+match is answered as before. This goes beyond the papers, which assume upright images (docs/differences.md).
 """
 
 from __future__ import annotations
