@@ -433,7 +433,9 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         **options : backend options (``alpha`` for the object preset's delta_1 / delta_2)
 
         The hits are ordered by one key (:func:`retrieval.engine.hits.finish_ranking`): verified first by inliers,
-        then by ``similarity``; ``score`` never increases with ``rank`` (docs/formats.md, "Scores").
+        then by ``similarity``; ``score`` never increases with ``rank`` (docs/formats.md, "Scores"). With the
+        preset's ``search.rotation_fallback``, a whole-image query that verifies nothing but copies of itself is
+        searched again turned by 90 and 270 degrees (:mod:`retrieval.app.rotations`).
         """
         check_scalar(k, "k", "Index.search", low=1)
         with single_threaded_blas():   # small products: threads spinning on a busy machine cost 10-100x
