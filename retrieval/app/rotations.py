@@ -73,11 +73,15 @@ def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, sear
     path = query_file(row, image)
     if path is None:
         return hits
-    query_hash = row["hash"] if row is not None else file_hash(path)
+    query_hash = [row["hash"]] if row is not None else []   # a file that is not indexed: hashed when needed
 
     def is_copy(image_id) -> bool:
         r = by_id.get(int(image_id))
-        return r is not None and r["hash"] == query_hash
+        if r is None:
+            return False
+        if not query_hash:
+            query_hash.append(file_hash(path))
+        return r["hash"] == query_hash[0]
 
     if not needs_rotation(hits, is_copy):
         return hits

@@ -79,3 +79,8 @@ class BytesLRU:
         with self._lock:
             self._items.clear()
             self.nbytes = 0
+
+
+def cached(cache: BytesLRU | None, key: Hashable, compute: Callable[[], object], size: Callable[[object], int]):
+    """``cache.get_or_compute(key, compute, size)``, or ``compute()`` when there is no cache."""
+    return compute() if cache is None else cache.get_or_compute(key, compute, size)

@@ -28,6 +28,7 @@ import numpy as np
 
 from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
+from retrieval.core.cache import cached
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.core.threads import parallel_map
@@ -241,9 +242,8 @@ class ObjectSearcher:
                 f = get_features(int(i))
                 return np.asarray(f.frames, np.float32), _descriptors(f, self.rootsift)
 
-            cache = self.verification_cache
-            frames, desc = described() if cache is None else cache.get_or_compute(
-                ("described", int(i)), described, lambda v: v[0].nbytes + v[1].nbytes + 64)
+            frames, desc = cached(self.verification_cache, ("described", int(i)), described,
+                                  lambda v: v[0].nbytes + v[1].nbytes + 64)
             matches = (tentative_matches(q_desc, desc, ratio=VERIFY_RATIO)
                        if len(desc) and len(q_desc) else np.empty((0, 2), np.int64))
         else:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from retrieval.core.cache import BytesLRU
+from retrieval.core.cache import BytesLRU, cached
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.matching import tentative_matches
@@ -76,17 +76,10 @@ def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shor
     def size(item):
         return item[0].nbytes + (0 if item[1] is None else item[1].nbytes) + 64
 
-    def check(hit):
-        if cache is None:
-            frames, desc, image_size = database_side(hit.id)
-        else:
-            frames, desc, image_size = cache.get_or_compute(("described", hit.id), lambda i=hit.id: database_side(i),
-                                                                 size)
-        matches = tentative_matches(dq, desc, ratio=ratio) if desc is not None else np.empty((0, 2), np.int64)
-        return verify(query.frames, frames, matches, min_inliers=min_inliers), image_size
-
     for hit in head:
-        v, image_size = check(hit)
+        frames, desc, image_size = cached(cache, ("described", hit.id), lambda i=hit.id: database_side(i), size)
+        matches = tentative_matches(dq, desc, ratio=ratio) if desc is not None else np.empty((0, 2), np.int64)
+        v = verify(query.frames, frames, matches, min_inliers=min_inliers)
         hit.inliers = int(v.inliers)
         hit.verified = bool(v.verified)
         box = project_box(query_box, v.transform, image_size) if v.verified else None

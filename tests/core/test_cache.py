@@ -78,3 +78,14 @@ def test_verification_cache_budget_from_the_environment(monkeypatch):
         monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", bad)
         with pytest.raises(ValueError, match="RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0"):
             verification_cache_bytes()
+
+
+def test_cached_without_a_cache_computes_every_time():
+    from retrieval.core.cache import cached
+
+    calls = []
+    assert cached(None, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7
+    assert cached(None, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7 and len(calls) == 2
+    c = BytesLRU(100)
+    assert cached(c, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7
+    assert cached(c, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7 and len(calls) == 3
