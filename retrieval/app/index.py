@@ -471,15 +471,16 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 f = self.extractor(r["path"])
             return f
 
-        def search(f, query_box=box, expansion=query_expansion):
+        def search(f, query_box=box, expansion=query_expansion, shortlist=None):
             return backend.search(f, k=k, query_box=query_box, method=method, rerank=rerank,
-                                  get_features=get_features, query_expansion=expansion, **options)
+                                  get_features=get_features, query_expansion=expansion, shortlist=shortlist,
+                                  **options)
 
         hits: list[Hit] = search(feats)
         s = backend.config.search
         if s.rotation_fallback and bbox is None and (rerank or s.rerank) == "spatial":
             hits = with_rotations(self, hits, image, qrow, by_id, k,
-                                  lambda f: search(f, self._restrict_to_box(f, None)[1], 0))
+                                  lambda f, n: search(f, self._restrict_to_box(f, None)[1], 0, n))
         out = []
         for hit in hits:
             r = by_id.get(hit.id)

@@ -157,7 +157,8 @@ class Backend:
         raise NotImplementedError
 
     def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               query_expansion=None, **options) -> list[Hit]:
+               query_expansion=None, shortlist=None, **options) -> list[Hit]:
         """Ranked hits, best first, ordered by :func:`retrieval.engine.hits.finish_ranking`; ``query_expansion``
-        (None: the preset's ``search.query_expansion``) is :func:`query_expansion_count`'s ``asked``."""
+        (None: the preset's ``search.query_expansion``) is :func:`query_expansion_count`'s ``asked``;
+        ``shortlist`` (None: the preset's) is the number of first-stage results spatially verified."""
         raise NotImplementedError

@@ -108,7 +108,7 @@ class BinaryBackend(GlobalBackend):
                 for x, r, s in zip(d, rows, sims, strict=True)]
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
-               **options):
+               shortlist=None, **options):
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind binary) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -117,4 +117,4 @@ class BinaryBackend(GlobalBackend):
             raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
                              f"{self.preset['name']!r}; got {method!r}.")
         return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion,
-                            distance=method)
+                            shortlist=shortlist, distance=method)

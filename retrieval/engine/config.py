@@ -198,6 +198,9 @@ class FeaturesConfig(_Section):
     max_megapixels: float = _key(DEFAULT_MAX_MEGAPIXELS, "larger images are refused (decompression guard)",
                                  kind=float, low=0, closed="neither")
     min_side: int = _key(DEFAULT_MIN_SIDE, "smaller images are refused", low=1)
+    upscale_to: int | None = _key(None, "images whose longest side is below this are enlarged to it (bicubic) "
+                                  "before detection (null: never)", low=8, nullable=True,
+                                  used=lambda section, kind: section.upscale_to is not None)
     params: dict = field(default_factory=dict)
 
     @classmethod
@@ -231,8 +234,11 @@ class FeaturesConfig(_Section):
 
     def extractor_kwargs(self) -> dict:
         """Keyword arguments of :class:`retrieval.features.FeatureExtractor`."""
-        return {"detector": self.detector, "max_side": self.max_side, "max_megapixels": self.max_megapixels,
-                "min_side": self.min_side, **self.params}
+        out = {"detector": self.detector, "max_side": self.max_side, "max_megapixels": self.max_megapixels,
+               "min_side": self.min_side, **self.params}
+        if self.upscale_to is not None:
+            out["upscale_to"] = self.upscale_to
+        return out
 
     def to_dict(self, full: bool = False) -> dict:
         out = super().to_dict(full)

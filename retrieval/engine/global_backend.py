@@ -351,7 +351,7 @@ class GlobalBackend(Backend):
         return [Hit(int(self._ids[rows[t]]), float(s), similarity=float(s)) for t, s in zip(top, sims, strict=True)]
 
     def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               query_expansion=None, **options) -> list[Hit]:
+               query_expansion=None, shortlist=None, **options) -> list[Hit]:
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind global) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -359,9 +359,10 @@ class GlobalBackend(Backend):
         if method not in ("ip",):
             raise ValueError(f"--method {method!r} is not offered by preset {self.preset['name']!r} "
                              f"(kind global): use 'ip' (inner product of global vectors).")
-        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion)
+        return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion,
+                            shortlist=shortlist)
 
-    def _ranked(self, query, query_box, get_features, *, k: int, rerank, query_expansion=None,
+    def _ranked(self, query, query_box, get_features, *, k: int, rerank, query_expansion=None, shortlist=None,
                 **first_stage_options) -> list[Hit]:
         """First-stage ranking of the encoded query, optional spatial re-ranking of the shortlist and average
         query expansion, ordered by :func:`retrieval.engine.hits.finish_ranking`."""
@@ -372,7 +373,8 @@ class GlobalBackend(Backend):
                              f"got {rerank!r}.")
         n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
         q = self.encode([query])[0]
-        depth = max(k, s.shortlist) if rerank == "spatial" else k
+        shortlist = s.shortlist if shortlist is None else int(shortlist)
+        depth = max(k, shortlist) if rerank == "spatial" else k
         hits = self.first_stage(q, depth, **first_stage_options)
         if rerank != "spatial":
             return finish_ranking(hits, reranked=False)[:k]
@@ -382,11 +384,11 @@ class GlobalBackend(Backend):
                                   min_inliers=s.min_inliers, ratio=s.ratio, describe=self._describe,
                                   cache=self.verification_cache)
 
-        checked = verify(hits[:s.shortlist])
-        hits = finish_ranking(checked + hits[s.shortlist:], reranked=True)
+        checked = verify(hits[:shortlist])
+        hits = finish_ranking(checked + hits[shortlist:], reranked=True)
         if n_qe:
             hits = self._expanded(q, hits, {h.id: h for h in checked}, n_qe, depth, verify, get_features,
-                                  first_stage_options)
+                                  first_stage_options, shortlist)
         return hits[:k]
 
     def _vectors_of(self, ids, get_features) -> np.ndarray:
@@ -397,7 +399,8 @@ class GlobalBackend(Backend):
             return np.asarray(self._vectors[[pos[int(i)] for i in ids]], dtype=np.float32)
         return self.encode([get_features(int(i)) for i in ids])
 
-    def _expanded(self, q, hits, checked, n_qe, depth, verify, get_features, first_stage_options) -> list[Hit]:
+    def _expanded(self, q, hits, checked, n_qe, depth, verify, get_features, first_stage_options,
+                  shortlist) -> list[Hit]:
         """Average query expansion (Chum et al. 2007): the query vector plus the vectors of the ``n_qe`` best
         verified hits (skipping the query's own image: inner product with the query above 1 - 1e-5),
         L2-normalised, searched again. Hits verified (or rejected) in the first round keep that
@@ -413,7 +416,6 @@ class GlobalBackend(Backend):
         if norm == 0:
             return hits
         q2 = (q2 / norm).astype(np.float32)
-        shortlist = self.config.search.shortlist
         second = self.first_stage(q2, depth, **first_stage_options)
         fresh = [h for h in second[:shortlist] if h.id not in checked]
         done = {h.id: h for h in verify(fresh)} if fresh else {}

@@ -121,7 +121,7 @@ class ObjectBackend(Backend):
         self.searcher = self._loaded(folder / "searcher")
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
-               **options) -> list[Hit]:
+               shortlist=None, **options) -> list[Hit]:
         s = self.config.search
         method = method or s.method
         if method not in OBJECT_METHODS:
@@ -143,6 +143,8 @@ class ObjectBackend(Backend):
         # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as
         # ``similarity`` and the ranking key as ``score``
         extra = {"query_expansion": n_qe} if n_qe else {}
+        if shortlist is not None:
+            extra["verify_top"] = int(shortlist)
         self.searcher.verify_threads = min(4, os.cpu_count() or 1)
         self.searcher.verification_cache = self.verification_cache
         return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,

@@ -254,7 +254,7 @@ class ObjectSearcher:
 
     def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
                rerank: str = "spatial", get_features=None, query_expansion: bool = False,
-               exclude=None) -> list[Hit]:
+               exclude=None, verify_top: int | None = None) -> list[Hit]:
         """Search the object in ``bbox`` (x1, y1, x2, y2, original pixels; None = whole image).
 
         Parameters
@@ -269,6 +269,8 @@ class ObjectSearcher:
         query_expansion : int or bool -- average query expansion from this many verified images (True: 10,
             False or 0: off; needs rerank="spatial")
         exclude : iterable of ids or None -- ids never returned (e.g. the query image itself)
+        verify_top : int or None -- with the stored features, the first results verified (None: 50,
+            ``VERIFY_SHORTLIST``)
 
         Returns
         -------
@@ -284,6 +286,7 @@ class ObjectSearcher:
         check_scalar(alpha, "alpha", "ObjectSearcher.search", kind=numbers.Real, low=0, closed="neither")
         check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
         n_qe = 10 if query_expansion is True else int(query_expansion or 0)
+        n_verify = VERIFY_SHORTLIST if verify_top is None else int(verify_top)
         if n_qe < 0:
             raise ValueError(f"query_expansion must be >= 0 (verified images averaged); got {query_expansion!r}.")
         if n_qe and rerank != "spatial":
@@ -299,13 +302,13 @@ class ObjectSearcher:
         q_desc = _descriptors(query_features, self.rootsift)[mask]
         excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
         if method == "asmk":
-            return self._search_asmk(q_frames, q_desc, box, k, float(alpha), rerank, get_features, excl, n_qe)
+            return self._search_asmk(q_frames, q_desc, box, k, float(alpha), rerank, get_features, excl, n_qe, n_verify)
         q_words, q_weights = self._assign(q_desc)
         qw, qtf = self._histogram(q_words, q_weights)
         q = (q_frames, q_desc, q_words[:, 0])
         checked = {}   # id -> verification outcome, re-used by the expanded query's round
         hits, verified = self._search_hist(qw, qtf, q, box, k, method, float(alpha), rerank,
-                                           get_features, excl, checked)
+                                           get_features, excl, checked, n_verify)
         if n_qe and verified:
             hw, htf = [qw], [qtf]
             for hit in verified:
@@ -325,10 +328,11 @@ class ObjectSearcher:
             allt = np.concatenate(htf) / len(hw)
             qw2, qtf2 = self._histogram(allw, allt)
             hits, _ = self._search_hist(qw2, qtf2, q, box, k, method, float(alpha), rerank,
-                                        get_features, excl, checked)
+                                        get_features, excl, checked, n_verify)
         return hits
 
-    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked=None):
+    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked=None,
+                     n_verify=VERIFY_SHORTLIST):
         inv = self.invfile_
         inv._commit()
         scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
@@ -348,9 +352,10 @@ class ObjectSearcher:
         sims = object_similarity(sc, method, qv, weight)
         if rerank == "exact":
             return unverified_hits(ids[:k], sc[:k], sims[:k]), []
-        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features, checked)
+        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features, checked, n_verify)
 
-    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe):
+    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe,
+                     n_verify=VERIFY_SHORTLIST):
         """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
         aggregated per word, scored against the stored signatures; then verification, and average query expansion
         in the kernel's space (the verified images' signatures of the words seen inside their matched boxes)."""
@@ -363,7 +368,7 @@ class ObjectSearcher:
         sw, sV = smk.aggregate_residuals(q_desc, words, centers)
         q = (q_frames, q_desc, words[:, 0])
         checked = {}   # id -> verification outcome: the expanded query's round re-uses the first round's
-        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl, checked)
+        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify)
         if not (n_qe and verified):
             return hits
         hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
@@ -382,9 +387,10 @@ class ObjectSearcher:
         if len(parts) == 1:
             return hits
         ew, eV = smk.expand_query(parts)
-        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl, checked)[0]
+        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify)[0]
 
-    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked=None):
+    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked=None,
+                   n_verify=VERIFY_SHORTLIST):
         f = self.smk_
         sims = f.similarities(sw, sV, alpha=alpha, threshold=self.threshold, asymmetric=self.asymmetric)
         ids = f.ids_
@@ -397,17 +403,18 @@ class ObjectSearcher:
         hits = unverified_hits(ids[top], d[top], sims[top])
         if rerank != "spatial":
             return hits[:k], []
-        return self._verified(hits, q, box, k, get_features, checked)
+        return self._verified(hits, q, box, k, get_features, checked, n_verify)
 
-    def _verified(self, hits, q, box, k, get_features, checked=None):
+    def _verified(self, hits, q, box, k, get_features, checked=None, n_verify=VERIFY_SHORTLIST):
         """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`).
 
         ``checked`` (id -> (inliers, box) or None, filled in place) holds the outcomes of an earlier round of the
         same query: the query side is the same, so an image verified (or rejected) once is not matched again."""
-        # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first
-        # VERIFY_SHORTLIST images after exact re-ranking are verified, as the global presets' search.shortlist
+        # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first ``n_verify``
+        # images after exact re-ranking are verified (VERIFY_SHORTLIST by default, as the global presets'
+        # search.shortlist)
         checked = {} if checked is None else checked
-        head = hits[:VERIFY_SHORTLIST] if get_features is not None else hits
+        head = hits[:n_verify] if get_features is not None else hits
         todo = [h.id for h in head if h.id not in checked]
         # the ratio test's matrix products release the GIL: the images are matched side by side
         outcomes = parallel_map(lambda i: self._verify(q, i, get_features), todo,

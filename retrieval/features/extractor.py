@@ -60,6 +60,9 @@ class FeatureExtractor:
         One of :func:`retrieval.features.detectors.available_detectors` ("hesaff", "sift", "dense").
     max_side : int or None, default 1024
         Working-image size (the Holidays/Oxford practice); None = full resolution.
+    upscale_to : int or None, default None
+        Smaller images are enlarged to this larger side (:func:`load_image`); part of the configuration key when
+        set.
     max_megapixels, min_side
         Guards of :func:`load_image` (not part of the configuration key: they only decide which files load).
     **params
@@ -68,7 +71,8 @@ class FeatureExtractor:
     Attributes
     ----------
     config : dict
-        JSON-able ``{"detector", "params" (all, defaults filled in), "max_side", "version"}``, plus
+        JSON-able ``{"detector", "params" (all, defaults filled in), "max_side", "version"}``, plus ``"upscale_to"``
+        when set, plus
         ``"detector_version"`` when the detector's output changed for the same parameters (hesaff with
         ``rotation_invariance=True``: 2, since the orientation-sign fix).
     config_key : str
@@ -77,13 +81,19 @@ class FeatureExtractor:
     """
 
     def __init__(self, detector: str = "hesaff", max_side: int | None = DEFAULT_MAX_SIDE, *,
-                 max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, min_side: int = DEFAULT_MIN_SIDE, **params):
+                 max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, min_side: int = DEFAULT_MIN_SIDE,
+                 upscale_to: int | None = None, **params):
         if max_side is not None:
             check_scalar(max_side, "max_side", "FeatureExtractor", low=8)
+        if upscale_to is not None:
+            check_scalar(upscale_to, "upscale_to", "FeatureExtractor", low=8)
+            if max_side is not None and upscale_to > max_side:
+                raise ValueError(f"FeatureExtractor: upscale_to ({upscale_to}) must not exceed max_side ({max_side}).")
         self.detector = detector
         self.max_side = max_side
         self.max_megapixels = max_megapixels
         self.min_side = min_side
+        self.upscale_to = None if upscale_to is None else int(upscale_to)
         self.params = dict(params)
         self._detector = get_detector(detector, **params)
         self.config = {"detector": detector, "params": dict(self._detector.params),
@@ -91,15 +101,19 @@ class FeatureExtractor:
         detector_version = int(getattr(self._detector, "version", 1))
         if detector_version != 1:  # only then, so that existing caches of unchanged detectors stay valid
             self.config["detector_version"] = detector_version
+        if self.upscale_to is not None:  # only when set: the keys of existing feature stores stay valid
+            self.config["upscale_to"] = self.upscale_to
         self.config_key = config_key(self.config)
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
-        return f"FeatureExtractor(detector={self.detector!r}, max_side={self.max_side!r}{extra})"
+        up = "" if self.upscale_to is None else f", upscale_to={self.upscale_to!r}"
+        return f"FeatureExtractor(detector={self.detector!r}, max_side={self.max_side!r}{up}{extra})"
 
     def load(self, path) -> LoadedImage:
         """:func:`load_image` with this extractor's ``max_side`` and guards."""
-        return load_image(path, max_side=self.max_side, max_megapixels=self.max_megapixels, min_side=self.min_side)
+        return load_image(path, max_side=self.max_side, max_megapixels=self.max_megapixels, min_side=self.min_side,
+                          upscale_to=self.upscale_to)
 
     def __call__(self, image) -> LocalFeatures:
         """Extract the features of ``image`` (a path, a :class:`LoadedImage` or a uint8 array at scale 1).

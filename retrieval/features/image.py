@@ -166,8 +166,9 @@ def _to_gray(img, path) -> np.ndarray:
 
 
 def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-               min_side: int = DEFAULT_MIN_SIDE) -> LoadedImage:
-    """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``.
+               min_side: int = DEFAULT_MIN_SIDE, upscale_to: int | None = None) -> LoadedImage:
+    """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``
+    (and, with ``upscale_to``, a small image enlarged).
 
     The usual Holidays/Oxford practice: images are processed with their larger side at most 1024 px and
     features reported in original coordinates (Jegou et al. 2012, section II, "experimental setup of [12]").
@@ -184,6 +185,10 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         (decompression-bomb guard). Pillow's own guard also refuses more than about 179 MP.
     min_side : int
         Images whose smaller side is below this are refused.
+    upscale_to : int or None
+        An image whose larger side is below this is enlarged (bicubic) so that its larger side is this; None (the
+        default) never enlarges. Thumbnails (Holidays' 325x243) then give the detector structures of a few pixels
+        more room (docs/results.md, "Small images").
 
     Returns
     -------
@@ -200,6 +205,8 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         check_scalar(max_side, "max_side", "load_image", low=8)
     check_scalar(max_megapixels, "max_megapixels", "load_image", kind=numbers.Real, low=0.0, closed="neither")
     check_scalar(min_side, "min_side", "load_image", low=1)
+    if upscale_to is not None:
+        check_scalar(upscale_to, "upscale_to", "load_image", low=8)
     path = Path(path)
     try:
         size_bytes = os.path.getsize(path)
@@ -245,8 +252,11 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         if max_side is not None and max(W, H) > max_side:
             f = max_side / max(W, H)
             target = (max(1, round(W * f)), max(1, round(H * f)))
+        elif upscale_to is not None and max(W, H) < upscale_to:
+            f = upscale_to / max(W, H)
+            target = (max(1, round(W * f)), max(1, round(H * f)))
         try:
-            if target is not None and img.format == "JPEG" and img.mode in ("L", "RGB", "YCbCr"):
+            if target is not None and target[0] < W and img.format == "JPEG" and img.mode in ("L", "RGB", "YCbCr"):
                 # DCT-domain reduction by a power of two, never below the target (then exact resize below)
                 req = (target[1], target[0]) if orientation in (5, 6, 7, 8) else target
                 img.draft(img.mode, req)
@@ -265,7 +275,9 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
 
 
 def _resize(gray: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Area-averaging downscale (OpenCV INTER_AREA) of a uint8 (h, w) image to ``size`` = (w, h)."""
+    """A uint8 (h, w) image resized to ``size`` = (w, h): area averaging (OpenCV INTER_AREA) to shrink, bicubic
+    (INTER_CUBIC) to enlarge."""
     import cv2
 
-    return cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
+    grow = size[0] > gray.shape[1]
+    return cv2.resize(gray, size, interpolation=cv2.INTER_CUBIC if grow else cv2.INTER_AREA)

@@ -97,3 +97,22 @@ def test_turned_features_live_in_the_turned_image(world):
     back = np.c_[w - 1 - turned.xy[:, 1], turned.xy[:, 0]]
     d, _ = cKDTree(upright.xy).query(back)
     assert len(turned) > 50 and np.median(d) < 1.0, np.median(d)
+
+
+def test_turns_extracted_side_by_side_equal_one_by_one(world):
+    """The fallback extracts its two turns on two threads: the same features, bit for bit, as one after the other
+    (the detector shares no state between calls)."""
+    import numpy as np
+
+    from retrieval.app.rotations import QUARTER_TURNS, rotated_features, turned_features
+
+    photos, target, _, indexes = world
+    ex = indexes[False].extractor
+    loaded = ex.load(photos / target)
+    together = turned_features(ex, loaded)
+    assert len(together) == len(QUARTER_TURNS)
+    for t, f in zip(QUARTER_TURNS, together, strict=True):
+        alone = rotated_features(ex, loaded, t)
+        assert len(f) > 50 and f.image_size == alone.image_size
+        np.testing.assert_array_equal(f.frames, alone.frames)
+        np.testing.assert_array_equal(f.descriptors, alone.descriptors)

@@ -241,7 +241,7 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     hits = finish_ranking(first, reranked=True)
     assert [h.id for h in hits[:4]] == [int(ids[0]), first[5].id, first[9].id, first[30].id]
     asked.clear()
-    out = b._expanded(q, hits, {h.id: h for h in checked}, 2, 60, verify, None, {})
+    out = b._expanded(q, hits, {h.id: h for h in checked}, 2, 60, verify, None, {}, 50)
     row = {int(i): r for r, i in enumerate(ids[:200])}
     q2 = q + V[row[first[5].id]] + V[row[first[9].id]]  # ids[0] is the query itself: skipped
     q2 /= np.linalg.norm(q2)
@@ -258,4 +258,29 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     only_self = finish_ranking(b.first_stage(q, 60), reranked=False)
     only_self[0].verified, only_self[0].inliers = True, 50
     only_self = finish_ranking(only_self, reranked=True)
-    assert b._expanded(q, only_self, {}, 3, 60, verify, None, {}) is only_self
+    assert b._expanded(q, only_self, {}, 3, 60, verify, None, {}, 50) is only_self
+
+
+def test_shortlist_override_verifies_only_the_first_results(data, monkeypatch):
+    """``search(..., shortlist=n)`` verifies the first n results of the first stage instead of the preset's
+    ``search.shortlist`` (the sideways fallback's turned searches); None keeps the preset's."""
+    import retrieval.engine.global_backend as gb
+
+    V, ids, _ = data
+    b = backend_with(V[:200], ids[:200], search={"shortlist": 50, "rerank": "spatial", "query_expansion": 0})
+    monkeypatch.setattr(b, "encode", lambda queries: np.asarray(queries, np.float32))  # the query is a vector
+    asked = []
+
+    def fake_rerank(candidates, *args, **kwargs):
+        asked.append([h.id for h in candidates])
+        return candidates
+
+    monkeypatch.setattr(gb, "spatial_rerank", fake_rerank)
+    q = V[3].copy()
+    first = [h.id for h in b.search(q, k=60, query_box=None, rerank="none")]
+    assert first == exact_top(V[:200], ids[:200], q, 60)
+    for n, expected in ((7, 7), (None, 50)):
+        asked.clear()
+        hits = b.search(q, k=60, query_box=None, shortlist=n, get_features=lambda i: None)
+        assert asked == [first[:expected]]
+        assert [h.id for h in hits] == first   # nothing verified: the first stage's order

@@ -232,3 +232,27 @@ def test_asmk_spatial_verification_and_query_expansion(asmk_world):
     qe = {h.id: h.similarity for h in s.search(q, bbox=box, k=12, method="asmk", rerank="spatial",
                                                 query_expansion=1, get_features=feats.__getitem__)}
     assert any(abs(plain[i] - qe[i]) > 1e-9 for i in set(plain) & set(qe))
+
+
+def test_verify_top_limits_the_images_verified(asmk_world):
+    """``verify_top`` = n: only the first n images of the first stage are matched (the sideways fallback's turned
+    searches verify 10); the images verified are the same as without the limit when they rank within it."""
+    s, db, q = asmk_world
+    box = (50, 50, 150, 150)
+    feats = {100 + j: f for j, f in enumerate(db)}
+    asked = []
+
+    def counted(i):
+        asked.append(int(i))
+        return feats[int(i)]
+
+    first = [h.id for h in s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")]
+    for n in (1, 2, 5):
+        asked.clear()
+        hits = s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="spatial", get_features=counted,
+                        verify_top=n)
+        assert sorted(asked) == sorted(first[:n])
+        assert {h.id for h in hits if h.verified} == {102, 108} & set(first[:n])
+    asked.clear()
+    s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="spatial", get_features=counted)
+    assert len(asked) == min(len(first), 50)   # the default: VERIFY_SHORTLIST

@@ -121,6 +121,49 @@ def test_downscale_jpeg_draft_path_matches_size(tmp_path):
     assert im.size == (200, 120) and im.scale == pytest.approx(5.0)
 
 
+def test_upscale_to_enlarges_only_smaller_images_and_reports_original_pixels(tmp_path):
+    """``upscale_to``: an image whose larger side is below it is enlarged (bicubic) to it, a larger one is left
+    alone; frames stay in original pixels; the extractor's key changes only when it is set."""
+    Image.fromarray(_pattern(150, 200)).save(tmp_path / "small.png")
+    Image.fromarray(_pattern(300, 400)).resize((600, 450)).save(tmp_path / "mid.png")
+    im = load_image(tmp_path / "small.png", upscale_to=400)
+    assert im.size == (400, 300) and im.original_size == (200, 150)
+    assert im.scale == pytest.approx(0.5) and im.scale_xy == (0.5, 0.5)
+    plain = load_image(tmp_path / "small.png")
+    assert plain.size == (200, 150)
+    # bicubic: the enlarged image, shrunk back, is close to the original
+    back = np.asarray(Image.fromarray(im.pixels).resize((200, 150), Image.BILINEAR), float)
+    assert np.abs(back - plain.pixels.astype(float)).mean() < 20
+    assert load_image(tmp_path / "mid.png", upscale_to=400).size == (600, 450)   # already larger: unchanged
+    assert FeatureExtractor().config_key == FeatureExtractor(upscale_to=None).config_key
+    ex = FeatureExtractor(upscale_to=400, threshold=1.0)
+    assert ex.config_key != FeatureExtractor(threshold=1.0).config_key and ex.config["upscale_to"] == 400
+    blobs = np.random.default_rng(0).integers(0, 256, (30, 40), dtype=np.uint8)
+    Image.fromarray(blobs).resize((200, 150), Image.BILINEAR).save(tmp_path / "tex.png")
+    f = ex(tmp_path / "tex.png")
+    assert len(f) > 0 and f.image_size == (200, 150)
+    assert f.frames[:, 0].max() < 200 and f.frames[:, 1].max() < 150
+    with pytest.raises(ValueError, match="must not exceed max_side"):
+        FeatureExtractor(max_side=300, upscale_to=400)
+
+
+def test_upscaled_thumbnails_verify_a_close_up_against_a_distant_view(features_of):
+    """Holidays 100600 (a carousel horse, close up) and 100601 (the same horse in the distance), 400 px
+    thumbnails: their native-size features share too few consistent matches to verify; enlarged to 800 px the
+    detector finds the small structures of the distant view and the pair verifies (docs/results.md,
+    "Small images")."""
+    from conftest import shared_path
+
+    from retrieval.rerank.matching import match_features
+
+    a = shared_path("holidays", "images", "100600.png")
+    b = shared_path("holidays", "images", "100601.png")
+    native = match_features(features_of(a), features_of(b))
+    enlarged = match_features(features_of(a, upscale_to=800), features_of(b, upscale_to=800))
+    assert not native.verified, (native.inliers, native.reason)
+    assert enlarged.verified and enlarged.inliers >= 5 * max(native.inliers, 9), enlarged.inliers
+
+
 # ---- bad input: each documented outcome ----------------------------------------------------------------------
 
 def test_zero_byte_file(tmp_path):
