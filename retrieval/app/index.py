@@ -28,7 +28,6 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -471,8 +470,8 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
                 f = self.extractor(r["path"])
             return f
 
-        def search(f, query_box=box, expansion=query_expansion, shortlist=None):
-            return backend.search(f, k=k, query_box=query_box, method=method, rerank=rerank,
+        def search(f, query_box=box, expansion=query_expansion, shortlist=None, n=k):
+            return backend.search(f, k=n, query_box=query_box, method=method, rerank=rerank,
                                   get_features=get_features, query_expansion=expansion, shortlist=shortlist,
                                   **options)
 
@@ -480,13 +479,14 @@ class Index(GenerationsMixin, IndexBuildMixin, QueryMixin, RootsMixin):
         s = backend.config.search
         if s.rotation_fallback and bbox is None and (rerank or s.rerank) == "spatial":
             hits = with_rotations(self, hits, image, qrow, by_id, k,
-                                  lambda f, n: search(f, self._restrict_to_box(f, None)[1], 0, n))
+                                  lambda f, n: search(f, self._restrict_to_box(f, None)[1], 0, n, n))
         out = []
-        for hit in hits:
+        for hit in hits:   # the backends build new hits for every search: completed in place
             r = by_id.get(hit.id)
             if r is None:  # not in this snapshot (cannot happen with a consistent generation)
                 continue
-            out.append(replace(hit, rank=len(out) + 1, path=r["path"]))
+            hit.rank, hit.path = len(out) + 1, r["path"]
+            out.append(hit)
         return out
 
     def close(self) -> None:

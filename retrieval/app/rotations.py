@@ -72,8 +72,8 @@ def query_file(row, image) -> str | None:
 
 def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, search) -> list[Hit]:
     """``hits`` of a whole-image query, completed by the rotated searches when they verify nothing but copies of
-    the query (module docstring). ``search(features, shortlist) -> hits`` runs the query's search on other
-    features, verifying the first ``shortlist`` results of its first stage."""
+    the query (module docstring). ``search(features, n) -> hits`` runs the query's search on other features,
+    verifying the first ``n`` results of its first stage and returning ``n`` hits (only verified ones are used)."""
     from retrieval.features.store import file_hash
 
     if row is None and isinstance(image, (int, np.integer)):
