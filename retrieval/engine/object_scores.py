@@ -44,6 +44,7 @@ def object_similarity(d, method: str, qv, weight: float) -> np.ndarray:
 
 def unverified_hits(ids, d, sims) -> list[Hit]:
     """Unverified hits in this order: ``score = similarity``, ``distance = d``."""
+    ids, d, sims = (np.asarray(v).tolist() for v in (ids, d, sims))   # Python numbers: no numpy scalar per hit
     return [Hit(int(i), float(s), similarity=float(s), distance=float(x)) for i, x, s in zip(ids, d, sims, strict=True)]
 
 
