@@ -143,8 +143,8 @@ class ObjectBackend(Backend):
         # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as
         # ``similarity`` and the ranking key as ``score``
         extra = {"query_expansion": n_qe} if n_qe else {}
-        if shortlist is not None:
-            extra["verify_top"] = int(shortlist)
+        # images verified: the preset's search.verify_top, or the caller's (the sideways fallback's turned searches)
+        extra["verify_top"] = int(s.verify_top if shortlist is None else shortlist)
         self.searcher.verify_threads = min(4, os.cpu_count() or 1)
         self.searcher.verification_cache = self.verification_cache
         return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,

@@ -57,7 +57,7 @@ al. 2013, :mod:`retrieval.search.smk`; needs ``signatures=True``)."""
 
 
 VERIFY_RATIO = 0.85  # ratio test of the verification's tentative matches: the presets' search.ratio
-VERIFY_SHORTLIST = 50  # images verified on the stored features: the presets' search.shortlist
+VERIFY_SHORTLIST = 50  # images verified on the stored features by default (the presets' search.verify_top)
 
 def _descriptors(features, rootsift):
     d = np.asarray(features.descriptors)

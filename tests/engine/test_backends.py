@@ -186,8 +186,10 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
     class Searcher:
         asked = []
 
-        def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0):
+        def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0,
+                   verify_top=None):
             self.asked.append((rerank, query_expansion))
+            self.verify_top = verify_top
             self.features = get_features
             v = rerank == "spatial"
             return [Hit(3, 1.5 if v else 0.8, 10 if v else None, (1.0, 2.0, 3.0, 4.0) if v else None,
@@ -210,6 +212,14 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
     assert b.searcher.features is stored  # verification reads the stored features (ratio-test matches)
     b.search(None, k=2, query_box=None, query_expansion=3)
     assert Searcher.asked[-1] == ("spatial", 3)
+    # images verified: the preset's search.verify_top (object: 50; accurate: 30), or the caller's
+    assert b.searcher.verify_top == 50
+    b.search(None, k=2, query_box=None, shortlist=10)
+    assert b.searcher.verify_top == 10
+    a = ObjectBackend(load_preset("accurate"))
+    a.searcher, a._ids = Searcher(), np.array([3, 5])
+    a.search(None, k=2, query_box=None)
+    assert a.searcher.verify_top == 30
     with pytest.raises(ValueError, match="needs --rerank spatial"):
         b.search(None, k=2, query_box=None, rerank="exact", query_expansion=2)
     with pytest.raises(ValueError, match="--rerank must be none, exact or spatial"):
