@@ -28,8 +28,8 @@ TURNED_SHORTLIST = 10
 """First-stage results of a turned search that are spatially verified. A turned query that matches anything
 ranks it at the top of its first stage: in an `accurate` index of Holidays-805 and UKBench-400, the 29 images
 that the turned searches of the 97 fallback queries (88 of the 295 Holidays queries, 9 of the 100 UKBench ones)
-verified were all among the first 3 of their first stage, so verifying 10 instead of the preset's 50 keeps the
-results and costs a fifth of the verification time."""
+verified were all among the first 3 of their first stage, so verifying 10 (the preset verifies 30,
+``search.verify_top``) keeps the results at a fraction of the verification time."""
 
 
 def rotated_features(extractor, image, quarter_turns: int) -> LocalFeatures:

@@ -331,8 +331,7 @@ class ObjectSearcher:
                                         get_features, excl, checked, n_verify)
         return hits
 
-    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked=None,
-                     n_verify=VERIFY_SHORTLIST):
+    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked, n_verify):
         inv = self.invfile_
         inv._commit()
         scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
@@ -354,8 +353,7 @@ class ObjectSearcher:
             return unverified_hits(ids[:k], sc[:k], sims[:k]), []
         return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features, checked, n_verify)
 
-    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe,
-                     n_verify=VERIFY_SHORTLIST):
+    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe, n_verify):
         """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
         aggregated per word, scored against the stored signatures; then verification, and average query expansion
         in the kernel's space (the verified images' signatures of the words seen inside their matched boxes)."""
@@ -389,8 +387,7 @@ class ObjectSearcher:
         ew, eV = smk.expand_query(parts)
         return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify)[0]
 
-    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked=None,
-                   n_verify=VERIFY_SHORTLIST):
+    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify):
         f = self.smk_
         sims = f.similarities(sw, sV, alpha=alpha, threshold=self.threshold, asymmetric=self.asymmetric)
         ids = f.ids_
@@ -405,15 +402,13 @@ class ObjectSearcher:
             return hits[:k], []
         return self._verified(hits, q, box, k, get_features, checked, n_verify)
 
-    def _verified(self, hits, q, box, k, get_features, checked=None, n_verify=VERIFY_SHORTLIST):
+    def _verified(self, hits, q, box, k, get_features, checked, n_verify):
         """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`).
 
         ``checked`` (id -> (inliers, box) or None, filled in place) holds the outcomes of an earlier round of the
         same query: the query side is the same, so an image verified (or rejected) once is not matched again."""
         # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first ``n_verify``
-        # images after exact re-ranking are verified (VERIFY_SHORTLIST by default, as the global presets'
-        # search.shortlist)
-        checked = {} if checked is None else checked
+        # images after exact re-ranking are verified (the preset's search.verify_top; VERIFY_SHORTLIST by default)
         head = hits[:n_verify] if get_features is not None else hits
         todo = [h.id for h in head if h.id not in checked]
         # the ratio test's matrix products release the GIL: the images are matched side by side
