@@ -91,3 +91,20 @@ def first_available(names=("object", "default", "compact")):
         if not missing_pieces(load_preset(name)):
             return name
     pytest.skip(f"none of the presets {names} is available in this installation yet")
+
+
+def copy_index(src, dst) -> Path:
+    """A copy of the index folder ``src`` at ``dst`` while other code may hold it open: ``catalog.db`` through
+    SQLite's online backup (its committed state, WAL included), the other files as they are. A plain
+    ``shutil.copytree`` can list ``catalog.db-wal`` and then fail to find it, when the last connection to the
+    catalog closes (and checkpoints) in between."""
+    import sqlite3
+    from contextlib import closing
+
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("catalog.db", "catalog.db-wal", "catalog.db-shm",
+                                                            "catalog.db-journal"))
+    if (src / "catalog.db").exists():
+        with closing(sqlite3.connect(src / "catalog.db")) as a, closing(sqlite3.connect(dst / "catalog.db")) as b:
+            a.backup(b)
+    return dst

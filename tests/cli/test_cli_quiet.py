@@ -8,6 +8,7 @@ import shutil
 
 import click
 from cli_world import run
+from helpers import copy_index
 
 from retrieval.cli.doc import iter_commands
 from retrieval.cli.main import main
@@ -40,7 +41,7 @@ def test_commands_without_v_print_no_info_and_no_frames(cli_world, tmp_path):
     idx, photos = cli_world["index"], cli_world["photos"]
     img = photos / "img01.jpg"
     copy = tmp_path / "idx"
-    shutil.copytree(idx, copy)
+    copy_index(idx, copy)
     commands = [
         ["index", photos, "--index", copy],
         ["query", img, "--index", idx, "--top", "3"],
@@ -67,7 +68,7 @@ def test_commands_without_v_print_no_info_and_no_frames(cli_world, tmp_path):
 def test_verbose_shows_info_and_quiet_hides_progress_anywhere(cli_world, tmp_path):
     idx, photos = cli_world["index"], cli_world["photos"]
     copy = tmp_path / "idx"
-    shutil.copytree(idx, copy)
+    copy_index(idx, copy)
     added = []
     try:
         for args in (["-v", "index", photos, "--index", copy], ["index", photos, "--index", copy, "-v"]):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import shared_path
+from helpers import copy_index
 
 from retrieval.app.index import Index
 
@@ -105,7 +106,7 @@ def served_copy(web_base, tmp_path_factory, **kw):
     """A copy of the base index served by a :class:`ServerThread` (each test module mutates its own copy)."""
     photos, base, paths = web_base
     index = tmp_path_factory.mktemp("served") / "index"
-    shutil.copytree(base, index)
+    copy_index(base, index)
     return ServerThread(index, **kw), index
 
 
