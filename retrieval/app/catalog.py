@@ -26,6 +26,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
@@ -41,6 +42,19 @@ _IMAGE_COLUMNS = {
     "id": int, "path": str, "hash": str, "size": int, "mtime": float, "width": int, "height": int,
     "orientation": int, "n_features": int, "status": str, "error": str, "run": int,
 }
+
+
+@dataclass
+class CatalogChanges:
+    """What a publish commits to the catalog together with the new generation (:meth:`Catalog.commit_sync`)."""
+
+    run_id: int
+    next_id: int
+    upserts: list = field(default_factory=list)
+    deletes: list = field(default_factory=list)
+    moves: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    extra_meta: dict | None = None
 
 
 def _now() -> str:
@@ -63,7 +77,8 @@ class Catalog:
         if not create and not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no catalog here (not an index folder; build one with "
                                     f"'retrieval index PHOTO_DIR --index DIR').")
-        self.db = sqlite_utils.Database(self.path)
+        # one connection per thread (retrieval.app.index.Index); closable from any thread once idle
+        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), check_same_thread=False))
         self.db.execute("PRAGMA busy_timeout = 30000;")
         if create:
             self.db.enable_wal()
@@ -139,6 +154,10 @@ class Catalog:
         finally:
             conn.execute("COMMIT")
         return gen, rows
+
+    def generation(self) -> int:
+        """The committed generation."""
+        return int(self._meta_raw("generation") or 0)
 
     def rows(self) -> list[dict]:
         """Every image row, ordered by id."""

@@ -281,7 +281,7 @@ class ShardHolder:
         self.shard = load(preset, folder)
 
     def size(self) -> int:
-        return int(len(self.shard._ids))
+        return int(len(self.shard.ids))
 
     def top(self, fn, q, k: int, short: int):
         return fn(self.shard, q, k, short)

@@ -6,8 +6,8 @@ Everything comes from what the index already holds:
 2. candidate pairs: each distinct image queried against the index by its global code (``Index.search`` without
    re-ranking); its ``candidates`` nearest images (with ``similarity >= threshold`` when a threshold is given)
    are candidates;
-3. every candidate pair is checked by the library's geometric verification (:func:`retrieval.rerank.verification
-   .verify`, tentative RootSIFT matches by the ratio test, stored features): a pair is reported only when the
+3. every candidate pair is checked by the index's one verifier (:class:`retrieval.rerank.verifier.Verifier`: the
+   ratio test and descriptor space of its searches, stored features): a pair is reported only when the
    verification vouches for it. A verified pair is a **near** duplicate when its transform maps the frame of one
    photo onto the frame of the other (a resized, re-encoded or lightly edited copy: :func:`maps_frame_onto_frame`;
    ``DEFAULT_MIN_INLIERS`` inliers), else the **scene**
@@ -17,13 +17,11 @@ Everything comes from what the index already holds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from retrieval.features.rootsift import root_sift
-from retrieval.rerank.matching import tentative_matches
-from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
+from retrieval.rerank.verifier import Described, Outcome
 
 NEAR_CENTRE_TOLERANCE = 0.05
 """A verified pair is a near duplicate when the centre of one photo maps within this fraction of the other
@@ -77,48 +75,39 @@ class DuplicateGroup:
 
 
 class PairVerifier:
-    """Geometric verification of two indexed images from their stored features (the query re-ranking's ratio test
-    and decision threshold). Keeps the RootSIFT descriptors of the last ``cache`` images."""
+    """Geometric verification of indexed images by the index's one verifier (:attr:`Searcher.verifier
+    <retrieval.app.searcher.Searcher.verifier>`: its ratio test, its descriptor space, the stored features and the
+    searcher's cache of described images); the decision threshold is ``min(min_inliers, the index's)`` for a near
+    duplicate, ``min_inliers`` for a same-scene pair (:func:`classify`)."""
 
-    def __init__(self, idx, rows_by_id: dict, *, ratio: float = 0.85, min_inliers: int = DUPLICATE_MIN_INLIERS,
-                 cache: int = 32):
-        self.idx, self.rows, self.ratio, self.min_inliers, self.cache = idx, rows_by_id, ratio, min_inliers, cache
-        self._feats: dict = {}
+    def __init__(self, searcher, *, min_inliers: int = DUPLICATE_MIN_INLIERS):
+        self.searcher = searcher
+        base = searcher.verifier
+        self.verifier = replace(base, min_inliers=min(min_inliers, base.min_inliers))
+        self.min_inliers = min_inliers
 
-    def features(self, image_id: int):
-        """(LocalFeatures, RootSIFT descriptors) of an indexed image."""
-        if image_id in self._feats:
-            return self._feats[image_id]
-        r = self.rows[image_id]
-        f = self.idx.store.get(r["hash"], self.idx.extractor.config_key)
-        if f is None:
-            f = self.idx.extractor(r["path"])
-        out = (f, root_sift(f.descriptors) if len(f) else np.zeros((0, 128), np.float32))
-        if len(self._feats) >= self.cache:
-            self._feats.pop(next(iter(self._feats)))
-        self._feats[image_id] = out
-        return out
+    def described(self, image_id: int) -> Described:
+        """The described features of an indexed image (the searcher's cache)."""
+        return self.verifier.database(image_id, self.searcher.features_of, self.searcher.cache)
 
-    def check(self, a: int, b: int, features_a=None):
-        """``(kind or None, inliers)``: ``near`` / ``scene`` when the pair verifies, None otherwise."""
-        fa, da = features_a if features_a is not None else self.features(a)
-        fb, db = self.features(b)
-        return verify_pair(fa, da, fb, db, ratio=self.ratio, min_inliers=self.min_inliers)
+    def check(self, a, b: int, described_a: Described | None = None):
+        """``(kind or None, inliers)`` of indexed image ``a`` (or its ``described_a``, e.g. a query file's) against
+        indexed image ``b``: ``near`` / ``scene`` when the pair verifies, None otherwise."""
+        da = described_a if described_a is not None else self.described(a)
+        db = self.described(b)
+        w, h = da.image_size
+        return classify(self.verifier.check(da, db, (0.0, 0.0, float(w - 1), float(h - 1))), da.image_size,
+                        db.image_size, self.min_inliers)
 
 
-def verify_pair(fa, da, fb, db, *, ratio: float = 0.85, min_inliers: int = DUPLICATE_MIN_INLIERS):
-    """``(kind or None, inliers)`` for two sets of local features and their compared descriptors: ``near`` when
-    the verification (at ``min(min_inliers, DEFAULT_MIN_INLIERS)`` inliers) vouches and the transform maps frame
+def classify(outcome: Outcome, size_a, size_b, min_inliers: int = DUPLICATE_MIN_INLIERS):
+    """``(kind or None, inliers)`` of a verified pair: ``near`` when the verifier vouches and the transform maps frame
     onto frame, ``scene`` when it vouches with at least ``min_inliers`` inliers, else None."""
-    if len(fa) == 0 or len(fb) == 0:
-        return None, 0
-    matches = tentative_matches(da, db, ratio=ratio)
-    v = verify(fa.frames, fb.frames, matches, min_inliers=min(min_inliers, DEFAULT_MIN_INLIERS))
-    if not v.verified:
-        return None, int(v.inliers)
-    if maps_frame_onto_frame(v.transform, fa.image_size, fb.image_size):
-        return "near", int(v.inliers)
-    return ("scene" if v.inliers >= min_inliers else None), int(v.inliers)
+    if not outcome.verified:
+        return None, int(outcome.inliers)
+    if maps_frame_onto_frame(outcome.verification.transform, size_a, size_b):
+        return "near", int(outcome.inliers)
+    return ("scene" if outcome.inliers >= min_inliers else None), int(outcome.inliers)
 
 
 def maps_frame_onto_frame(T, size_a, size_b, tolerance: float = NEAR_CENTRE_TOLERANCE,
@@ -178,7 +167,7 @@ def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DE
             pairs[(ids[0], other)] = DuplicatePair(ids[0], other, "exact")
     reps = sorted(ids[0] for ids in by_hash.values())
     rep_of = {i: ids[0] for ids in by_hash.values() for i in ids}
-    verifier = PairVerifier(idx, by_id, ratio=_ratio(idx), min_inliers=min_inliers)
+    verifier = PairVerifier(idx.searcher(), min_inliers=min_inliers)
     checked = set()
     for n, rep in enumerate(reps):
         hits = idx.search(rep, k=min(len(rows), candidates + len(by_hash[by_id[rep]["hash"]])), rerank="none",
@@ -194,18 +183,13 @@ def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DE
             if threshold is not None and h.similarity is not None and h.similarity < threshold:
                 continue
             checked.add(key)
-            own = own or verifier.features(rep)
+            own = own or verifier.described(rep)
             kind, inliers = verifier.check(rep, other, own)
             if kind is not None:
                 pairs[key] = DuplicatePair(key[0], key[1], kind, h.similarity, inliers)
         if progress is not None:
             progress(n + 1, len(reps))
     return _groups(pairs, by_id, by_hash)
-
-
-def _ratio(idx) -> float:
-    search = (idx.preset or {}).get("search") or {}
-    return float(search.get("ratio", 0.85) or 0.85)
 
 
 def _groups(pairs: dict, by_id: dict, by_hash: dict) -> list[DuplicateGroup]:
@@ -246,13 +230,12 @@ def _groups(pairs: dict, by_id: dict, by_hash: dict) -> list[DuplicateGroup]:
 def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
     """``(kept, dropped)``: ``hits`` without those that are exact copies or near duplicates (module doc) of the
     query or of a better-ranked kept hit; at most ``k`` kept, ranks renumbered. Same-scene photos are kept."""
-    from dataclasses import replace
-
     from retrieval.features.store import file_hash
 
-    feats, row = idx.query_features(query)
-    _, rows = idx.catalog.snapshot()
-    by_id = {r["id"]: r for r in rows}
+    q = idx.query(query)
+    feats, row = q.all_features, q.row
+    searcher = idx.searcher()
+    by_id = searcher.rows
     if row is not None:
         q_hash = row["hash"]
     else:
@@ -260,15 +243,14 @@ def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
             q_hash = file_hash(query)
         except OSError:
             q_hash = None
-    verifier = PairVerifier(idx, by_id, ratio=_ratio(idx))
-    q = (feats, root_sift(feats.descriptors) if len(feats) else np.zeros((0, 128), np.float32))
+    verifier = PairVerifier(searcher)
+    described_q = verifier.verifier.described(feats)
     kept, dropped = [], []
     for h in hits:
         r = by_id.get(h.id)
         dup = r is not None and r["hash"] == q_hash
         if not dup and r is not None:
-            fb, db = verifier.features(h.id)
-            dup = verify_pair(q[0], q[1], fb, db, ratio=verifier.ratio)[0] in ("near",)
+            dup = verifier.check(None, h.id, described_q)[0] == "near"
             for better in kept:
                 if dup:
                     break

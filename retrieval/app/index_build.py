@@ -1,41 +1,233 @@
-"""The extraction and training steps of :meth:`retrieval.app.index.Index.sync` (a mixin of :class:`Index`).
+"""The writer of an index: :class:`Writer` runs one sync or one remove of :class:`retrieval.app.index.Index`.
 
-Moved out of ``index.py`` unchanged; the crash-safety contract is described in that module's docstring: features
-go to the feature store one complete entry at a time, the model is trained into ``model.tmp/`` and renamed into
-``model/`` when complete.
+A writer is created for one operation, under the index's writer lock, and is never shared. Its steps follow the
+crash-safety contract of :mod:`retrieval.app.folder`: features go to the feature store one complete entry at a
+time (crash point ``extract``), the model is trained and written to ``model.tmp/`` then renamed into ``model/``
+(``train``: trained, not yet saved), the new images are encoded (``encode``: half of them), and the new
+generation is made durable by the one :meth:`IndexFolder.publish <retrieval.app.folder.IndexFolder.publish>`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
+import time
+import uuid
+from pathlib import Path
 
 import numpy as np
 
+from retrieval.app.catalog import CatalogChanges
 from retrieval.app.generic_models import generic_model, provenance
-from retrieval.app.index_support import LazyFeatures, progress_callback
-from retrieval.app.integrity import write_manifest
-from retrieval.core.persistence import crash_point, fsync_dir, write_json_atomic
+from retrieval.app.index_support import LazyFeatures, SyncReport, file_stat, image_meta, progress_callback
+from retrieval.core.persistence import crash_point
 from retrieval.engine.presets import preset_config
+from retrieval.features.image import IMAGE_EXTENSIONS
 from retrieval.features.parallel import extract_many
 from retrieval.features.store import file_hash
 
 logger = logging.getLogger("retrieval.app.index")
 
 
-class IndexBuildMixin:
-    """Extraction into the feature store, choice of the training images, training of the preset's model."""
+class Writer:
+    """One sync or remove of ``index`` (its folder, this thread's catalog connection, its store and extractor);
+    ``client``: a Dask client that extracts and encodes on its workers (:mod:`retrieval.app.cluster`)."""
 
-    def _extract(self, paths, hashes, store, extractor, workers, progress, report) -> None:
+    def __init__(self, index, client=None):
+        self.index = index
+        self.folder = index.folder
+        self.catalog = index.catalog
+        self.preset = index.preset
+        self.store = index.store
+        self.extractor = index.extractor
+        self.client = client
+
+    # ------------------------------------------------------------------ sync
+    def sync(self, folder_or_paths, workers, progress, add_root, replace_root, prune) -> SyncReport:
+        t0 = t_stage = time.perf_counter()
+        roots = None
+        if isinstance(folder_or_paths, (str, os.PathLike)):
+            files, roots = self.index.folder_files(folder_or_paths, add_root, replace_root)
+            source = str(Path(folder_or_paths).resolve())
+            if not files:
+                raise ValueError(f"photo folder {source!r} holds no images "
+                                 f"({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, hidden files skipped).")
+        else:
+            files = sorted({os.path.abspath(os.path.expanduser(str(p))) for p in folder_or_paths})
+            source = f"{len(files)} paths"
+            for p in files:
+                if not os.path.isfile(p):
+                    raise FileNotFoundError(f"image {p!r} does not exist.")
+        report = SyncReport()
+        run_id = self.catalog.start_run(source)
+        gen, rows = self.catalog.snapshot()
+        self.folder.cleanup(keep=[gen])
+        next_id = int(self.catalog.get_meta("next_id", 0))
+        by_path = {r["path"]: r for r in rows}
+        fileset = set(files)
+
+        # 1. what changed: size + mtime first, the content hash only for candidates
+        stats = {}
+        candidates = []
+        for p in files:
+            try:
+                stats[p] = file_stat(p)
+            except OSError as exc:
+                report.errors.append((p, f"cannot stat: {exc}"))
+                continue
+            r = by_path.get(p)
+            same = r is not None and r["size"] == stats[p][0] and r["mtime"] == stats[p][1]
+            if same and r["status"] == "indexed":
+                report.unchanged += 1
+            elif same and r["status"] == "error":
+                report.failed_before += 1   # reported when it failed; listed by 'retrieval info'; not retried
+            else:
+                candidates.append(p)
+
+        hashes = {}
+        cb, close = progress_callback(progress and len(candidates) > 0, "hashing", len(candidates))
+        for j, p in enumerate(candidates):
+            try:
+                hashes[p] = file_hash(p)
+            except OSError as exc:
+                report.errors.append((p, f"cannot read: {exc}"))
+            if cb:
+                cb(j + 1, len(candidates))
+        close()
+        gone = [r for r in rows if r["path"] not in fileset]
+        gone_by_hash = {}
+        for r in gone:
+            if r["status"] == "indexed":
+                gone_by_hash.setdefault(r["hash"], []).append(r)
+        deletes, moves, to_add, touched, changed = [], [], [], [], set()
+        for p in candidates:
+            if p not in hashes:
+                continue
+            r = by_path.get(p)
+            h = hashes[p]
+            if r is not None and r["status"] == "indexed" and r["hash"] == h:
+                touched.append((r["id"], p, stats[p][1]))  # same content, new mtime
+                report.unchanged += 1
+                continue
+            if r is not None:
+                deletes.append(r["id"])
+                if r["status"] == "indexed":
+                    changed.add(p)
+            elif gone_by_hash.get(h):
+                old = gone_by_hash[h].pop()
+                moves.append((old["id"], p, stats[p][1]))
+                report.moved += 1
+                continue
+            to_add.append(p)
+        moved_ids = {m[0] for m in moves}
+        for r in gone:
+            if r["id"] not in moved_ids:
+                deletes.append(r["id"])
+                if r["status"] == "indexed":
+                    report.removed += 1
+        n_before = sum(r["status"] == "indexed" for r in rows)
+        if report.removed > n_before / 2 and not prune:
+            raise ValueError(f"this sync would remove {report.removed} of the {n_before} indexed images (their files "
+                             f"are gone); nothing was changed: run again with --prune to confirm.")
+
+        report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 2. features (feature store: complete entries only; resumable)
+        store, key = self.store, self.extractor.config_key
+        need = [p for p in to_add if (hashes[p], key) not in store]
+        self.extract(need, hashes, workers, progress, report)
+        failed = {p for p, _ in report.errors}
+        report.changed = len(changed - failed)   # counted once indexed: an unreadable file is neither
+        report.added = sum(p not in failed and p not in changed for p in to_add)
+
+        report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 3. the model
+        backend = self.folder.load_backend(gen, fallback=False)
+        if not backend.trained:
+            if not self.use_generic_model(rows, to_add, failed):
+                self.train(backend, self.training_paths(rows, to_add, failed, hashes), progress, workers, report)
+            backend = self.folder.load_backend(gen, fallback=False)
+        backend.remove(deletes)
+
+        report.stage_seconds["train"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 4. encode and add
+        new_rows, add_ids, add_paths = [], [], []
+        for p in to_add:
+            size, mtime = stats[p]
+            row = {"id": next_id, "path": p, "hash": hashes[p], "size": size, "mtime": mtime}
+            next_id += 1
+            if p in failed:
+                row.update(status="error", error=dict(report.errors)[p], n_features=None)
+            else:
+                row.update(status="indexed", error=None)
+                add_ids.append(row["id"])
+                add_paths.append(p)
+            new_rows.append(row)
+        feats = LazyFeatures(store, key, [hashes[p] for p in add_paths])
+        cb, close = progress_callback(progress and len(add_ids) > 0, "encoding", len(add_ids))
+        self.add(backend, np.asarray(add_ids, np.int64), feats, cb)
+        close()
+        for j, (row, p) in enumerate(zip([r for r in new_rows if r["status"] == "indexed"], add_paths, strict=True)):
+            n_feat, (width, height) = feats.meta(j)
+            try:
+                orientation = image_meta(p)[2]
+            except Exception:  # noqa: BLE001 - the header was readable at extraction; keep the default
+                orientation = 1
+            row.update(n_features=n_feat, width=width, height=height, orientation=orientation)
+
+        report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 5. the new generation, then ONE catalog transaction (IndexFolder.publish)
+        stats_row = {"added": report.added, "changed": report.changed, "moved": report.moved,
+                     "removed": report.removed, "errors": len(report.errors)}
+        new_gen = self.folder.publish(self.catalog, backend, CatalogChanges(
+            run_id=run_id, next_id=next_id, upserts=new_rows, deletes=deletes, moves=moves + touched, stats=stats_row,
+            extra_meta=None if roots is None else {"roots": roots}), after=gen)
+        report.generation = new_gen
+        report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
+        report.seconds = time.perf_counter() - t0
+        logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
+                    report.added, report.changed, report.moved, report.removed, report.unchanged,
+                    len(report.errors), report.seconds)
+        return report
+
+    # ------------------------------------------------------------------ remove
+    def remove(self, paths) -> int:
+        gen, rows = self.catalog.snapshot()
+        by_path = {r["path"]: r for r in rows}
+        by_id = {r["id"]: r for r in rows}
+        ids = []
+        for p in paths:
+            key = int(p) if isinstance(p, (int, np.integer)) or str(p).isdigit() else None
+            r = by_id.get(key) if key is not None else None
+            r = r or by_path.get(os.path.abspath(os.path.expanduser(str(p))))
+            if r is None:
+                raise ValueError(f"{p!r} is not in the index (give an indexed path or id; see 'retrieval info').")
+            ids.append(r["id"])
+        if not ids:
+            return 0
+        run_id = self.catalog.start_run(f"remove {len(ids)}")
+        backend = self.folder.load_backend(gen, fallback=False)
+        backend.remove(ids)
+        gone = [by_id[i]["path"] for i in ids]
+        self.folder.publish(self.catalog, backend, CatalogChanges(
+            run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0)), deletes=ids, stats={"removed": len(ids)},
+            extra_meta={"excluded": sorted(set(self.index.excluded) | set(gone))}), after=gen)
+        return len(ids)
+
+    # ------------------------------------------------------------------ steps
+    def extract(self, paths, hashes, workers, progress, report) -> None:
+        """Features of ``paths`` into the feature store (failures recorded in ``report``)."""
         if not paths:
             return
+        store, extractor = self.store, self.extractor
         cb, close = progress_callback(progress, "extracting", len(paths))
-
-        if getattr(self, "_client", None) is not None:   # workers write the store (retrieval.app.cluster)
+        if self.client is not None:   # workers write the store (retrieval.app.cluster)
             from retrieval.app.cluster import extract_on_cluster
 
-            results = extract_on_cluster(self._client, paths, [hashes[p] for p in paths], store, extractor)
+            results = extract_on_cluster(self.client, paths, [hashes[p] for p in paths], store, extractor)
         else:
             results = extract_many(paths, extractor, workers=workers)
         done = 0
@@ -54,27 +246,35 @@ class IndexBuildMixin:
                 cb(done, len(paths))
         close()
 
-    def _add(self, backend, ids, feats, progress) -> None:
-        """``backend.add``; on a cluster, a global backend's vectors are encoded by the workers
-        (:func:`retrieval.app.cluster.encode_on_cluster`), which also record each image's feature count and size
-        in ``feats`` (the client then reads no feature)."""
-        from retrieval.app.shards import ShardedBackend
-        from retrieval.engine.global_backend import GlobalBackend
-
-        if getattr(self, "_client", None) is None or type(backend) not in (GlobalBackend, ShardedBackend) \
-                or len(ids) == 0:
-            backend.add(ids, feats, progress=progress)
+    def add(self, backend, ids, feats, progress) -> None:
+        """``backend.add``, passing the ``encode`` crash point once more than half the images are encoded; on a cluster, a global
+        backend's vectors are encoded by the workers (:func:`retrieval.app.cluster.encode_on_cluster`), which also
+        record each image's feature count and size in ``feats`` (the client then reads no feature)."""
+        if len(ids) == 0:
             return
-        from retrieval.app.cluster import encode_on_cluster
+        if self.client is not None and backend.encodes_vectors:
+            from retrieval.app.cluster import encode_on_cluster
 
-        V, meta = encode_on_cluster(self._client, self.preset, self._model_dir(), feats.store, feats.key, feats.hashes,
-                                    progress=progress)
-        feats._meta.update(enumerate(meta))
-        backend.add_vectors(ids, V)
+            V, meta = encode_on_cluster(self.client, self.preset, self.folder.model_dir, feats.store, feats.key,
+                                        feats.hashes, progress=progress)
+            feats.record(meta)
+            backend.add_vectors(ids, V)
+            return
+        half = len(ids) // 2
+        passed = []
 
-    def _use_generic_model(self, rows, to_add, failed, gen) -> bool:
-        """Import the generic model (:mod:`retrieval.app.generic_models`) when the index's training policy
-        asks for it; True when it did (the caller then loads it instead of training)."""
+        def step(done, total):   # after each chunk: the encode crash point once half the images are encoded
+            if progress:
+                progress(done, total)
+            if done > half and not passed:
+                passed.append(True)
+                crash_point("encode")
+
+        backend.add(ids, feats, progress=step)
+
+    def use_generic_model(self, rows, to_add, failed) -> bool:
+        """Import the generic model (:mod:`retrieval.app.generic_models`) when the index's training policy asks
+        for it; True when it did (the caller then loads it instead of training)."""
         policy = self.catalog.get_meta("train_on") or "collection"   # indexes made before the policy existed
         if policy == "collection" or self.catalog.get_meta("train_images"):
             return False
@@ -88,15 +288,14 @@ class IndexBuildMixin:
         n = sum(r["status"] == "indexed" for r in rows) + sum(p not in failed for p in to_add)
         if policy == "auto" and n >= int(info["use_below"]):
             return False
-        self._import_model(generic_model(self.preset))
-        self.catalog.set_meta(model={**self.catalog.get_meta("model"), "generic": True,
+        meta = self.folder.import_model(generic_model(self.preset))
+        self.catalog.set_meta(model={**meta, "generic": True,
                                      "imported": f"generic model of preset {self.preset['name']!r}"})
         logger.info("model: the generic model of preset %r (trained on %s), the collection having %d images",
                     self.preset["name"], info["trained_on"], n)
-        self._backend = None
         return True
 
-    def _training_paths(self, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
+    def training_paths(self, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
         """(path, hash) of the training images: ``train_images`` or a seeded sample of the collection."""
         explicit = self.catalog.get_meta("train_images")
         if explicit:
@@ -105,7 +304,6 @@ class IndexBuildMixin:
         pool.update({hashes[p]: p for p in to_add if p not in failed})
         if not pool:
             raise ValueError("no readable image to train the model on.")
-
         tr = preset_config(self.preset).training
         order = sorted(pool)  # by content hash: independent of names and of the walk order
         rng = np.random.default_rng(tr.random_state)
@@ -113,35 +311,22 @@ class IndexBuildMixin:
         pick = sorted(rng.choice(len(order), n, replace=False)) if n < len(order) else range(len(order))
         return [(pool[order[i]], order[i]) for i in pick]
 
-    def _train(self, backend, train_paths, progress, workers, report) -> None:
-        store, extractor = self.store, self.extractor
-        key = extractor.config_key
-        need = [p for p, h in train_paths if (h, key) not in store]
-        self._extract(need, dict(train_paths), store, extractor, workers, progress, report)
-        ok = [(p, h) for p, h in train_paths if (h, key) in store]
+    def train(self, backend, train_paths, progress, workers, report) -> None:
+        """Train ``backend``'s model on ``train_paths`` and write it to ``model/`` (through ``model.tmp/``)."""
+        key = self.extractor.config_key
+        need = [p for p, h in train_paths if (h, key) not in self.store]
+        self.extract(need, dict(train_paths), workers, progress, report)
+        ok = [(p, h) for p, h in train_paths if (h, key) in self.store]
         cb, close = progress_callback(progress, "training", 3, unit="step")
-        feats = LazyFeatures(store, key, [h for _, h in ok])
+        feats = LazyFeatures(self.store, key, [h for _, h in ok])
         backend.train(lambda i: feats[i], len(ok), progress=cb)
         close()
-        import uuid
-
-        tmp = self.path / "model.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        info = backend.save_model(tmp)
-        info.update(preset=self.preset["name"], preset_version=self.preset["version"], id=uuid.uuid4().hex[:12],
-                    trained_on=len(ok))
-        effective = dict(getattr(backend, "effective", {}) or {})
-        if effective:  # preset parameters reduced to fit a small training set (pipeline.record_reduction)
-            info["effective"] = effective
-
-        write_json_atomic(tmp / "model.json", info)
-        write_manifest(tmp)
-        fsync_dir(tmp)
-        shutil.rmtree(self._model_dir(), ignore_errors=True)
-        os.replace(tmp, self._model_dir())
+        crash_point("train")
+        info = {"preset": self.preset["name"], "preset_version": self.preset["version"], "id": uuid.uuid4().hex[:12],
+                "trained_on": len(ok)}
+        self.folder.write_model(backend, info)
         meta = {"id": info["id"], "trained_on": len(ok)}
-        if effective:
-            meta["effective"] = effective
+        if backend.effective:
+            meta["effective"] = dict(backend.effective)
         self.catalog.set_meta(model=meta)
         report.trained = True

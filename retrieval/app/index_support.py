@@ -125,6 +125,10 @@ class LazyFeatures(Sequence):
         self._meta[i] = (len(f), tuple(int(v) for v in f.image_size))
         return f
 
+    def record(self, meta) -> None:
+        """Record (n_features, (width, height)) of every item, in order, measured elsewhere (a cluster's workers)."""
+        self._meta.update(enumerate(meta))
+
     def meta(self, i):
         """(n_features, (width, height)) of item ``i`` (recorded when it was read)."""
         if i not in self._meta:

@@ -85,30 +85,28 @@ def check_index(idx, *, checksums: bool = True) -> dict:
     {gen: [problems]}, "committed": gen, "ok": bool}`` (problems as one-line strings naming the file)."""
     rows = [tuple(r) for r in idx.catalog.db.execute("PRAGMA integrity_check").fetchall()]
     catalog = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
-    model = [str(p) for p in check_folder(idx._model_dir(), checksums=checksums)]
-    gens = {}
-    folder = idx.path / "gens"
-    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if p.name.isdigit():
-            gens[int(p.name)] = [str(x) for x in check_folder(p, checksums=checksums)]
-    committed = idx.catalog.snapshot()[0]
+    folder = idx.folder
+    model = [str(p) for p in check_folder(folder.model_dir, checksums=checksums)]
+    gens = {g: [str(x) for x in check_folder(folder.gen_dir(g), checksums=checksums)]
+            for g in folder.generations_on_disk()}
+    committed = idx.catalog.generation()
     if committed and committed not in gens:
-        gens[committed] = [f"{idx._gen_dir(committed)}: missing"]
+        gens[committed] = [f"{folder.gen_dir(committed)}: missing"]
     ok = catalog == "ok" and not model and not any(gens.values())
     return {"catalog": catalog, "model": model, "generations": gens, "committed": committed, "ok": ok}
 
 
 def repair_index(idx) -> dict:
     """``retrieval check --repair``: rebuild the committed generation from the model and the feature store (no
-    feature is re-extracted) when it is damaged or missing. Returns ``{"repaired": [...], "could_not": [...]}``."""
-    import os
+    feature is re-extracted) when it is damaged or missing, published by :meth:`IndexFolder.publish
+    <retrieval.app.folder.IndexFolder.publish>` like any other generation. Returns ``{"repaired": [...],
+    "could_not": [...]}``."""
     import shutil
 
     import numpy as np
 
+    from retrieval.app.catalog import CatalogChanges
     from retrieval.app.index_support import LazyFeatures
-    from retrieval.app.shards import make_index_backend, shard_count
-    from retrieval.core.persistence import crash_point, fsync_dir
 
     report = check_index(idx)
     out = {"repaired": [], "could_not": []}
@@ -119,14 +117,15 @@ def repair_index(idx) -> dict:
     if report["model"]:
         out["could_not"].append(f"the model is damaged ({report['model'][0]}): rebuild the index")
         return out
+    folder = idx.folder
     gen, rows = idx.catalog.snapshot()
     for g, problems in report["generations"].items():
         if g != gen and problems:   # a damaged fallback: of no use, removed
-            shutil.rmtree(idx._gen_dir(g), ignore_errors=True)
+            shutil.rmtree(folder.gen_dir(g), ignore_errors=True)
             out["repaired"].append(f"removed the damaged older generation {g} ({problems[0]})")
     if not gen or not report["generations"].get(gen):
         return out
-    with idx._writer_lock():
+    with idx.writer_lock():
         indexed = [r for r in rows if r["status"] == "indexed"]
         store, key = idx.store, idx.extractor.config_key
         missing = [r["path"] for r in indexed if (r["hash"], key) not in store]
@@ -134,27 +133,15 @@ def repair_index(idx) -> dict:
             out["could_not"].append(f"{len(missing)} images have no features in the store (first: {missing[0]}): "
                                     f"run 'retrieval index' to extract them again")
             return out
-        backend = make_index_backend(idx.preset, shard_count(idx.catalog))
-        idx._load_model_into(backend)
+        backend = folder.new_backend()
+        folder.load_model_into(backend)
         backend.load_state(None)
-        backend.add(np.asarray([r["id"] for r in indexed], np.int64), LazyFeatures(store, key, [r["hash"] for r in indexed]))
-        new_gen = max([gen, *report["generations"]]) + 1
-        tmp = idx.path / "gens" / f"{new_gen:08d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        backend.save_state(tmp)
-        crash_point("repair-state")          # a half-written generation folder: ignored, removed next time
-        write_manifest(tmp)
-        fsync_dir(tmp)
-        os.replace(tmp, idx._gen_dir(new_gen))
-        crash_point("repair-publish")        # renamed but not committed: the catalog still names the damaged one
+        backend.add(np.asarray([r["id"] for r in indexed], np.int64),
+                    LazyFeatures(store, key, [r["hash"] for r in indexed]))
         run_id = idx.catalog.start_run("check --repair")
-        idx.catalog.commit_sync(run_id=run_id, generation=new_gen, next_id=int(idx.catalog.get_meta("next_id", 0)),
-                                upserts=[], deletes=[], moves=[], stats={})
-        crash_point("repair-commit")         # committed, the damaged generation not yet removed
-        idx._backend = None
-        idx._cleanup(keep=[new_gen])
-        idx.catalog.backup_to(idx.path / CATALOG_BACKUP)
+        new_gen = folder.publish(idx.catalog, backend, CatalogChanges(
+            run_id=run_id, next_id=int(idx.catalog.get_meta("next_id", 0))), after=gen, keep_previous=False)
+        idx.searchers.clear()
     out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "
                            f"feature store as generation {new_gen} ({len(indexed)} images)")
     return out

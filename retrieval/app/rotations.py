@@ -24,14 +24,6 @@ from retrieval.features.types import LocalFeatures
 QUARTER_TURNS = (1, 3)
 """The rotations tried, in quarter turns counter-clockwise (90 and 270 degrees)."""
 
-TURNED_SHORTLIST = 10
-"""First-stage results of a turned search that are spatially verified. A turned query that matches anything
-ranks it at the top of its first stage: in an `accurate` index of Holidays-805 and UKBench-400, the 29 images
-that the turned searches of the 97 fallback queries (88 of the 295 Holidays queries, 9 of the 100 UKBench ones)
-verified were all among the first 3 of their first stage, so verifying 10 (the preset verifies 30,
-``search.verify_top``) keeps the results at a fraction of the verification time."""
-
-
 def rotated_features(extractor, image, quarter_turns: int) -> LocalFeatures:
     """The features of ``image`` (a file, or a :class:`LoadedImage` from ``extractor.load``) turned by
     ``quarter_turns`` x 90 degrees counter-clockwise (after EXIF orientation), in the pixels of the turned image."""
@@ -64,27 +56,23 @@ def needs_rotation(hits: list[Hit], is_copy) -> bool:
     return not any(h.verified and not is_copy(h.id) for h in hits)
 
 
-def query_file(row, image) -> str | None:
-    """The query's image file (an indexed row's path, or the file given), or None when it is gone."""
-    path = row["path"] if row is not None else os.path.abspath(os.path.expanduser(str(image)))
-    return path if os.path.isfile(path) else None
-
-
-def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, search) -> list[Hit]:
-    """``hits`` of a whole-image query, completed by the rotated searches when they verify nothing but copies of
-    the query (module docstring). ``search(features, n) -> hits`` runs the query's search on other features,
-    verifying the first ``n`` results of its first stage and returning ``n`` hits (only verified ones are used)."""
+def with_rotations(hits: list[Hit], query, rows, k: int, extractor, search) -> list[Hit]:
+    """``hits`` of a whole-image :class:`retrieval.app.query.Query`, completed by the rotated searches when they
+    verify nothing but copies of the query (module docstring). ``rows``: id -> catalog row of the searched
+    generation; ``search(features) -> hits`` runs the query's search on other features, verifying the first
+    ``search.rotation_verify_top`` results of its first stage (only verified hits are used)."""
     from retrieval.features.store import file_hash
 
-    if row is None and isinstance(image, (int, np.integer)):
-        row = by_id.get(int(image))
-    path = query_file(row, image)
-    if path is None:
+    row = query.row
+    if row is None and query.image_id is not None:
+        row = rows.get(int(query.image_id))
+    path = row["path"] if row is not None else query.path
+    if path is None or not os.path.isfile(path):
         return hits
     query_hash = [row["hash"]] if row is not None else []   # a file that is not indexed: hashed when needed
 
     def is_copy(image_id) -> bool:
-        r = by_id.get(int(image_id))
+        r = rows.get(int(image_id))
         if r is None:
             return False
         if not query_hash:
@@ -93,9 +81,8 @@ def with_rotations(index, hits: list[Hit], image, row, by_id: dict, k: int, sear
 
     if not needs_rotation(hits, is_copy):
         return hits
-    loaded = index.extractor.load(path)
-    turned = turned_features(index.extractor, loaded)
-    return merge_rotated(hits, [search(f, TURNED_SHORTLIST) for f in turned], is_copy, k)
+    turned = turned_features(extractor, extractor.load(path))
+    return merge_rotated(hits, [search(f) for f in turned], is_copy, k)
 
 
 def turned_features(extractor, loaded: LoadedImage) -> list[LocalFeatures]:

@@ -16,7 +16,6 @@ query expansion then run on the client, unchanged.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import time
@@ -57,7 +56,7 @@ def check_shards(preset: dict, n_shards) -> int:
     whose backend cannot be sharded (only ``global`` presets with ``index.type`` exhaustive / ivfadc can)."""
     if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or not 1 <= n_shards <= MAX_SHARDS:
         raise ValueError(f"--shards must be an integer from 1 to {MAX_SHARDS}; got {n_shards!r}.")
-    if n_shards > 1 and type(make_backend(preset)) is not GlobalBackend:
+    if n_shards > 1 and not make_backend(preset).shardable:
         raise ValueError(f"--shards {n_shards}: preset {preset['name']!r} (kind {preset['kind']}) cannot be sharded; "
                          f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default).")
     return int(n_shards)
@@ -81,7 +80,7 @@ def shard_top(shard: GlobalBackend, q: np.ndarray, k: int, short: int) -> tuple:
     """One shard's candidates for the query vector ``q``: ``(ids, ip, adc)`` -- without IVFADC the top ``k`` ids by
     (inner product descending, id) and ``adc`` None; with IVFADC its ``short`` best ids by ADC distance, their
     distances ``adc`` and exact inner products ``ip`` (the client keeps the global best ``short``)."""
-    ids = shard._ids
+    ids = shard.ids
     n = len(ids)
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.float64), None
@@ -90,9 +89,9 @@ def shard_top(shard: GlobalBackend, q: np.ndarray, k: int, short: int) -> tuple:
         keep = cand[0] >= 0
         cand, D = cand[0][keep], D[0][keep]
         rows = np.searchsorted(ids, cand)   # a shard's ids are stored in increasing order
-        out_ip = np.asarray(shard._vectors[np.sort(rows)] @ q, np.float64)[np.argsort(np.argsort(rows))]
+        out_ip = np.asarray(shard.vectors[np.sort(rows)] @ q, np.float64)[np.argsort(np.argsort(rows))]
         return cand.astype(np.int64), out_ip, D.astype(np.float64)
-    scores = np.asarray(shard._vectors @ q, dtype=np.float64)
+    scores = np.asarray(shard.vectors @ q, dtype=np.float64)
     kk = min(k, n)
     top = np.argpartition(-scores, kk - 1)[:kk]
     top = top[np.lexsort((ids[top], -scores[top]))]
@@ -136,11 +135,11 @@ class ShardedBackend(GlobalBackend):
         """Whole-collection ``_ids`` / ``_vectors`` from the loaded shards, by id (a writer's view)."""
         if self._assembled:
             return
-        ids = np.concatenate([s._ids for s in self.shards]) if self.shards else np.empty(0, np.int64)
+        ids = np.concatenate([s.ids for s in self.shards]) if self.shards else np.empty(0, np.int64)
         order = np.argsort(ids, kind="stable")
         self._ids = ids[order]
         if self.shards and len(ids):
-            self._vectors = np.concatenate([np.asarray(s._vectors) for s in self.shards])[order]
+            self._vectors = np.concatenate([np.asarray(s.vectors) for s in self.shards])[order]
         else:
             self._vectors = None
         self._assembled = True
@@ -148,7 +147,7 @@ class ShardedBackend(GlobalBackend):
     @property
     def ids(self) -> np.ndarray:
         if not self._assembled:
-            return np.sort(np.concatenate([s._ids for s in self.shards]))
+            return np.sort(np.concatenate([s.ids for s in self.shards]))
         return self._ids
 
     def add(self, ids, features, progress=None) -> None:
@@ -178,9 +177,7 @@ class ShardedBackend(GlobalBackend):
             write_npy(sub / "ids.npy", self._ids[rows])
             write_npy(sub / "vectors.npy", vectors[rows])
             if ivf is not None:
-                part = copy.copy(ivf)
-                part._init_storage()
-                part._term2, part._cnorms = None, None
+                part = ivf.empty_like()
                 part.add(vectors[rows], ids=self._ids[rows])
                 part.save(sub / "ivfadc")
             write_state_header(sub, self.kind, ntotal=int(len(rows)), dim=int(vectors.shape[1]),
@@ -230,7 +227,7 @@ class ShardedBackend(GlobalBackend):
             tops = self._remote_top(q, k, short)
         else:
             tops = [shard_top(s, q, k, short) for s in self.shards]
-        n = sum(len(s._ids) for s in self.shards)
+        n = sum(len(s.ids) for s in self.shards)
         return merge_tops(tops, k, min(short, n))
 
     def _remote_top(self, q, k, short, attempts: int = 3) -> list:
@@ -260,7 +257,7 @@ class ShardedBackend(GlobalBackend):
         out = np.empty((len(ids), self.dim), np.float32)
         for j, (i, s) in enumerate(zip(ids, which, strict=True)):
             shard = self.shards[int(s)]
-            out[j] = shard._vectors[int(np.flatnonzero(shard._ids == int(i))[0])]
+            out[j] = shard.vectors[int(np.flatnonzero(shard.ids == int(i))[0])]
         return out
 
 

@@ -145,7 +145,7 @@ def throughput(workdir, *, n: int = 10000, queries: int = 200, preset="default",
     info = idx.info()
     return {"n_images": len(rows), "indexed": info["indexed"], "generate_seconds": round(t_gen, 1),
             "index_seconds": round(t_index, 1), "images_per_second": round(len(rows) / t_index, 1),
-            "ivfadc": bool(getattr(idx._backend_for(idx.catalog.snapshot()[0]), "ivf", None) is not None),
+            "ivfadc": bool(getattr(idx.searcher().backend, "ivf", None) is not None),
             "bytes_on_disk": info["bytes_on_disk"], "errors": len(report.errors), "latency": lat,
             "stage_seconds": report.stage_seconds,
             "queries": int(len(picks))}

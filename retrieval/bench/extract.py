@@ -40,7 +40,7 @@ def bench_extract(paths, *, workers: int = 2, max_side: int = 1024, rounds: int 
     if not paths:
         raise ValueError("bench_extract needs at least one image.")
     ex = FeatureExtractor("hesaff", max_side=max_side)
-    kw = ex._detector.pyhesaff_kwargs()
+    kw = ex.detector_impl.pyhesaff_kwargs()
     images = []
     for p in paths:
         try:

@@ -46,7 +46,7 @@ def _raw_pyhesaff(paths, ex) -> float:
     """Seconds for raw pyhesaff over ``paths`` in this process (decode + detect + describe)."""
     import pyhesaff
 
-    kw = ex._detector.pyhesaff_kwargs()
+    kw = ex.detector_impl.pyhesaff_kwargs()
     pyhesaff.detect_feats_in_image(ex.load(paths[0]).pixels, **kw)   # library initialisation
     t0 = time.perf_counter()
     for p in paths:
@@ -158,11 +158,8 @@ def _trained(seed: int = 0):
 def build_synthetic(trained, start: int, stop: int, seed: int):
     """``trained`` filled with the codes of ids ``start .. stop - 1``: list numbers and codes drawn at random (the
     same ids get the same codes in any split)."""
-    import copy
 
-    ivf = copy.copy(trained)
-    ivf._init_storage()
-    ivf._term2, ivf._cnorms = None, None
+    ivf = trained.empty_like()
     step = 1 << 20   # codes are drawn block by block: block b from a generator seeded by (seed, b)
     for blk in range(start // step, (stop + step - 1) // step):
         rng = np.random.default_rng([seed, blk])

@@ -21,6 +21,7 @@ from retrieval.cli.options import (
     echo_json,
     json_option,
     use_alias,
+    verification_cache_mb,
     workers_option,
 )
 from retrieval.cli.output import Output, format_options
@@ -103,7 +104,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
                            train_on=train_on, shards=shards or 1, exist_ok=True)
     if model_dir and idx.catalog.get_meta("model") is None:
-        idx._import_model(Path(model_dir))
+        idx.import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
         idx.extractor.max_megapixels = float(max_megapixels)
     if include:
@@ -196,7 +197,7 @@ def query_cmd(ctx, image, index_dir, bbox, k, out, html_path, method, deprecated
     check_output_extension(html_path, (".html", ".htm"), "--html")
     from retrieval.app.index import Index
 
-    idx = Index.open(_index_dir(index_dir))
+    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
     check_image_file(image)
     kwargs = {} if alpha is None else {"alpha": alpha}
     idx.use_cluster(open_client(ctx, cluster))

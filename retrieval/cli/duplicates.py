@@ -41,10 +41,11 @@ def duplicates_cmd(ctx, index_dir, threshold, candidates, min_inliers, html_path
     from retrieval.app.duplicates import find_duplicates, render_duplicates_html
     from retrieval.app.index import Index
     from retrieval.cli.app import _index_dir
+    from retrieval.cli.options import verification_cache_mb
     from retrieval.core.persistence import atomic_write
     from retrieval.core.progress import callback_for, progress_bar
 
-    idx = Index.open(_index_dir(index_dir))
+    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
     n = idx.catalog.count("indexed")
     with progress_bar(n, "comparing", enabled=not quiet_requested(ctx), unit="img") as bar:
         extra = {} if min_inliers is None else {"min_inliers": min_inliers}

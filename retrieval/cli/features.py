@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -97,11 +98,17 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="Write a side-by-side picture of the inliers and A's outline in B, in the format of the "
                    "extension (png, jpg, gif, webp, bmp, tif).")
+@click.option("--index", "index_dir", type=click.Path(file_okay=False), default=None,
+              help="Verify the pair as the index's searches do: IMAGE_B an indexed image (path or id), both sides "
+                   "the index's features, its preset's ratio and threshold -- the verdict, inliers and box "
+                   "IMAGE_B gets in IMAGE_A's ranked list (the options above are then ignored).")
+@click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
+              help="With --index: the query box in IMAGE_A (pixels of the original image after EXIF rotation).")
 @format_options(json_help="Same as --format json: {verified, reason, n_features, tentative, inliers, homography, "
                           "params, image_a, image_b, seconds, out}.", dest="output")
 @click.pass_context
 def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, params, ratio, no_mutual, method,
-              threshold, no_guided, min_inliers, out, output, deprecated_method):
+              threshold, no_guided, min_inliers, index_dir, bbox, out, output, deprecated_method):
     """Match IMAGE_A to IMAGE_B: tentative matches, geometric verification, homography A -> B.
 
     The pair is verified by the library's one geometric verification (affine hypotheses from single
@@ -112,7 +119,15 @@ def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, par
 
     Homography and points are in pixels of the original images after EXIF orientation (centre of the top-left
     pixel = (0, 0)).
+
+    With --index, the pair is verified by the index's own verifier on its stored features, as a search verifies
+    it: the same verdict, inliers and box (JSON adds "box", the query box's bounding box in IMAGE_B).
     """
+    if index_dir is not None:
+        _match_in_index(ctx, index_dir, image_a, image_b, bbox, out, output)
+        return
+    if bbox is not None:
+        raise click.UsageError("--bbox needs --index (the standalone matcher matches whole images).")
     method = use_alias(method, deprecated_method, "--method", "--estimator") or "magsac"
     check_image_file(image_a, "IMAGE_A")
     check_image_file(image_b, "IMAGE_B")
@@ -147,6 +162,54 @@ def match_cmd(ctx, image_a, image_b, detector, max_side, rotation_invariant, par
         if out:
             click.echo(f"picture: {out}")
     if not res.verified:
+        ctx.exit(1)
+
+
+def _match_in_index(ctx, index_dir, image_a, image_b, bbox, out, output) -> None:
+    """``retrieval match A B --index DIR``: :meth:`Index.match <retrieval.app.index.Index.match>`."""
+    import numpy as np
+
+    from retrieval.app.index import Index
+    from retrieval.app.matches import match_record
+    from retrieval.rerank.draw import draw_matches
+
+    idx = Index.open(index_dir)
+    row = None
+    if str(image_b).isdigit() and not os.path.exists(image_b):
+        image_id = int(image_b)
+        row = idx.catalog.row_by_id(image_id) if image_id < (1 << 63) else None
+    else:
+        row = idx.catalog.row_by_path(os.path.abspath(os.path.expanduser(str(image_b))))
+    if row is None or row["status"] != "indexed":
+        raise ValueError(f"IMAGE_B {image_b!r} is not an indexed image of {index_dir} (give its path or id).")
+    if not (str(image_a).isdigit() and not os.path.exists(image_a)):
+        check_image_file(image_a, "IMAGE_A")
+    t0 = time.perf_counter()
+    m = idx.match(image_a, row["id"], bbox=bbox)
+    dt = time.perf_counter() - t0
+    d = match_record(m, a_id=m.query.image_id, b_id=row["id"], b_path=row["path"], box_given=bbox is not None)
+    if out:
+        check_output_extension(out, PICTURE_FORMATS, "--out")
+        if m.query.path is None:
+            raise ValueError("--out needs IMAGE_A's file.")
+        write_picture(out, draw_matches(m.query.path, row["path"], np.asarray(d["points_a"]).reshape(-1, 2),
+                                        np.asarray(d["points_b"]).reshape(-1, 2),
+                                        homography=None if d["homography"] is None else np.asarray(d["homography"])))
+    d.update({"image_a": str(image_a), "image_b": row["path"], "seconds": round(dt, 3), "out": out})
+    if not output.is_table:
+        output.records([d], columns=["image_a", "image_b", "verified", "reason", "tentative", "inliers", "box",
+                                     "n_features", "homography", "seconds", "out"], table=None,
+                       paths=[str(image_a), row["path"]] if d["verified"] else [], document=d)
+    elif not d["verified"]:
+        click.echo(f"no geometric match ({d['tentative']} tentative matches; {d['reason']})")
+    else:
+        click.echo(f"features: {d['n_features'][0]} in A, {d['n_features'][1]} in B")
+        click.echo(f"tentative matches: {d['tentative']}")
+        click.echo(f"inliers: {d['inliers']} (verified)")
+        click.echo("box in B: " + ",".join(f"{v:g}" for v in d["box"]))
+        if out:
+            click.echo(f"picture: {out}")
+    if not d["verified"]:
         ctx.exit(1)
 
 

@@ -112,6 +112,9 @@ def main(ctx, verbose, quiet, debug):
     ctx.obj["quiet"] = quiet
     ctx.obj["verbose"] = verbose
     setup_logging(verbose, quiet)
+    from retrieval.core.persistence import set_crash_point
+
+    set_crash_point(os.environ.get("RETRIEVAL_CRASH_AT"))   # fault injection of the crash-safety tests
 
 
 @main.group(cls=RetrievalGroup)

@@ -7,6 +7,26 @@ import json
 import click
 
 
+def verification_cache_mb() -> float:
+    """The verification cache of a searching command, in MB: ``RETRIEVAL_VERIFY_CACHE_MB`` (a number >= 0; 0
+    disables it) or :data:`retrieval.engine.backend.VERIFICATION_CACHE_MB`. The environment is read here, at the
+    command line's edge, and passed to :meth:`Index.open <retrieval.app.index.Index.open>`."""
+    import os
+
+    from retrieval.engine.backend import VERIFICATION_CACHE_MB
+
+    raw = os.environ.get("RETRIEVAL_VERIFY_CACHE_MB")
+    if raw is None or raw.strip() == "":
+        return float(VERIFICATION_CACHE_MB)
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise ValueError(f"RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0; got {raw!r}.")
+    return mb
+
+
 def json_option(help: str = "Print one JSON object instead of text."):
     """``--json``: the command prints its result as JSON on stdout (parameter ``as_json``)."""
     return click.option("--json", "as_json", is_flag=True, help=help)

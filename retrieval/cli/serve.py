@@ -79,11 +79,12 @@ def serve_cmd(ctx, index_dir, host, port, token, threads, max_upload_mb, max_meg
     client = open_client(ctx, cluster)   # a wrong address: one line, exit 1, before anything starts
     import uvicorn
 
+    from retrieval.cli.options import verification_cache_mb
     from retrieval.web.app import create_app
     from retrieval.web.service import Service
 
     svc = Service(index_dir, workers=threads, max_upload_bytes=int(max_upload_mb * 1e6),
-                  max_megapixels=max_megapixels, cluster=client)
+                  max_megapixels=max_megapixels, cluster=client, verification_cache_mb=verification_cache_mb())
     app = create_app(svc, token=token)
     sock = bind(host, port)
     actual = sock.getsockname()[1]

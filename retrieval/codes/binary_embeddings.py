@@ -243,14 +243,22 @@ class BinaryEmbedding(PersistableMixin):
         distances : ndarray of shape (nq, k), dtype float32 — ascending, padded with +inf.
         ids : ndarray of shape (nq, k), dtype int64 — padded with -1.
         """
+        return self.search_codes(x, self.codes_, k, distance, threads=threads)
+
+    def search_codes(self, x, codes, k: int, distance: str = "hamming", *, threads: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search` over the database ``codes`` (ntotal, nbytes) uint8 given by the caller (e.g. memory-mapped
+        from an index generation) instead of the stored ``codes_``; reads the embedding only, so any number of
+        threads may call it at once. Row numbers of ``codes`` are returned as ids."""
         check_choice(distance, "distance", type(self).__name__, DISTANCES)
         check_scalar(k, "k", type(self).__name__, low=1)
+        codes = np.ascontiguousarray(codes, dtype=np.uint8)
         G = self.project(x)
         if distance == "hamming":
             q = binary_search.pack_bits(G >= self.thresholds_)
-            return binary_search.hamming_topk(q, self.codes_, k, threads=threads)
+            return binary_search.hamming_topk(q, codes, k, threads=threads)
         c0, c1 = self.asymmetric_costs(G, distance)
-        return binary_search.asymmetric_topk(c0, c1, self.codes_, k, threads=threads)
+        return binary_search.asymmetric_topk(c0, c1, codes, k, threads=threads)
 
 
 class LSH(BinaryEmbedding):

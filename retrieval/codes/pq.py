@@ -143,7 +143,12 @@ class ProductQuantizer(PersistableMixin):
             codes[:, m], _ = nearest_centers(np.ascontiguousarray(X[:, m * s:(m + 1) * s]), self.codebooks_[m])
         return codes
 
-    def _check_codes(self, codes, name="codes"):
+    def forget_tables(self) -> None:
+        """Drop the tables derived from the codebooks (the symmetric-distance table): call after changing
+        ``codebooks_``."""
+        self._sdc = None
+
+    def check_codes(self, codes, name="codes"):
         check_is_fitted(self, "codebooks_")
         codes = np.asarray(codes)
         if codes.ndim != 2 or codes.shape[1] != self.M or codes.dtype.kind not in "ui":
@@ -163,7 +168,7 @@ class ProductQuantizer(PersistableMixin):
         -------
         X : ndarray of shape (n, d), dtype float32
         """
-        codes = self._check_codes(codes)
+        codes = self.check_codes(codes)
         out = self.codebooks_[np.arange(self.M)[None, :], codes.astype(np.intp)]  # (n, M, dsub)
         return out.reshape(codes.shape[0], self.d_).astype(np.float32, copy=False)
 
@@ -214,7 +219,7 @@ class ProductQuantizer(PersistableMixin):
 
     def add_codes(self, codes) -> None:
         """Append already computed codes (n, M) (uint8 / uint16 as :attr:`code_dtype`)."""
-        codes = self._check_codes(codes).astype(self.code_dtype, copy=False)
+        codes = self.check_codes(codes).astype(self.code_dtype, copy=False)
         self.codes_ = np.concatenate([self.codes_, codes]) if self.ntotal else np.ascontiguousarray(codes)
 
     def reset(self) -> None:

@@ -272,15 +272,44 @@ def load_estimator(path):
     return cls.load(path)
 
 
-def crash_point(name: str) -> None:
-    """Fault-injection hook for the crash-safety tests.
+_CRASH_AT: list[str] = []
 
-    When the environment variable ``RETRIEVAL_CRASH_AT`` equals ``name``, the process kills itself with
-    SIGKILL (the equivalent of ``kill -9``): no clean-up, no ``finally`` block, no flush runs. Does nothing
-    otherwise. Points: ``extract``, ``train``, ``encode``, ``array``, ``publish`` (new generation folder renamed,
-    catalog not yet written), ``catalog`` (inside the catalog transaction), ``commit`` (just after it);
-    ``repair-state``, ``repair-publish``, ``repair-commit`` inside ``retrieval check --repair``.
+
+def set_crash_point(name: str | None) -> None:
+    """Arm the fault-injection hook (:func:`crash_point`) at the point ``name`` (None: disarm). Called by the
+    command line when ``RETRIEVAL_CRASH_AT`` is set; nothing below the command line reads the environment."""
+    _CRASH_AT[:] = [name] if name else []
+
+
+def crash_point(name: str) -> None:
+    """The one fault-injection hook of the persistence steps (crash-safety tests).
+
+    When armed at ``name`` (:func:`set_crash_point`), the process kills itself with SIGKILL (the equivalent of
+    ``kill -9``): no clean-up, no ``finally`` block, no flush runs. Does nothing otherwise. Points (all in the
+    application's writers and :meth:`retrieval.app.folder.IndexFolder.publish`, never inside an algorithm):
+    ``extract`` (features half stored), ``train`` (model trained, not saved), ``encode`` (half the new images
+    encoded), ``array`` (inside a file of a new generation, :func:`write_array`), ``publish`` (new generation
+    folder renamed, catalog not yet written), ``catalog`` (inside the catalog transaction), ``commit`` (just
+    after it).
     """
-    if os.environ.get("RETRIEVAL_CRASH_AT") == name:
-        logger.warning("RETRIEVAL_CRASH_AT=%s: killing the process (fault injection)", name)
+    if _CRASH_AT and _CRASH_AT[0] == name:
+        logger.warning("crash point %s: killing the process (fault injection)", name)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def write_array(path, array: np.ndarray) -> None:
+    """Write one ``.npy`` (fsynced) in two halves with the ``array`` crash point between them.
+
+    Callers write into a temporary generation folder that is renamed only when complete, so a half-written
+    file is never visible."""
+    array = np.ascontiguousarray(array)
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
+        raw = array.reshape(-1).view(np.uint8)
+        half = len(raw) // 2
+        fh.write(raw[:half])
+        fh.flush()
+        crash_point("array")
+        fh.write(raw[half:])
+        fh.flush()
+        os.fsync(fh.fileno())

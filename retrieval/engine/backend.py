@@ -11,39 +11,25 @@ the index (``state.json`` + ``.npy`` arrays written by :func:`write_npy`), and `
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.core.cache import BytesLRU
-from retrieval.core.persistence import atomic_write, crash_point
+from retrieval.core.persistence import atomic_write, write_array
 from retrieval.engine.config import Preset
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import preset_config
+from retrieval.rerank.verifier import Verifier
 
 STATE_FORMAT = "retrieval-index-state"
 STATE_FORMAT_VERSION = 1
 
 
 def write_npy(path, array: np.ndarray) -> None:
-    """Write one ``.npy`` in two halves with the ``array`` crash point between them (fault-injection tests).
-
-    Callers write into a temporary generation folder that is renamed only when complete, so a half-written
-    file is never visible.
-    """
-    array = np.ascontiguousarray(array)
-    with open(path, "wb") as fh:
-        np.lib.format.write_array_header_1_0(fh, np.lib.format.header_data_from_array_1_0(array))
-        raw = array.tobytes()
-        half = len(raw) // 2
-        fh.write(raw[:half])
-        fh.flush()
-        crash_point("array")
-        fh.write(raw[half:])
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Write one ``.npy`` of a generation folder (:func:`retrieval.core.persistence.write_array`)."""
+    write_array(path, array)
 
 
 def read_npy(path, mmap: bool = True) -> np.ndarray:
@@ -91,38 +77,26 @@ def query_expansion_count(preset_value: int, asked, rerank: str) -> int:
 
 
 VERIFICATION_CACHE_MB = 256
-"""Default memory budget of a backend's verification cache (environment variable ``RETRIEVAL_VERIFY_CACHE_MB``;
-0 disables it). About 130 kB per Holidays photo for the ``default`` preset: 256 MB keep about 2,000 images."""
-
-
-def verification_cache_bytes() -> int:
-    """The verification cache budget in bytes: ``RETRIEVAL_VERIFY_CACHE_MB`` (a number >= 0) or the default."""
-    raw = os.environ.get("RETRIEVAL_VERIFY_CACHE_MB")
-    if raw is None or raw.strip() == "":
-        return VERIFICATION_CACHE_MB << 20
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = -1.0
-    if not mb >= 0:
-        raise ValueError(f"RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0; got {raw!r}.")
-    return int(mb * (1 << 20))
+"""Default memory budget of a searcher's verification cache (:class:`retrieval.core.cache.BytesLRU`; the command
+line reads ``RETRIEVAL_VERIFY_CACHE_MB``). About 130 kB per Holidays photo for the ``default`` preset: 256 MB keep
+about 2,000 images."""
 
 
 class Backend:
     """The interface every preset kind implements (see the module docstring)."""
 
     kind = "abstract"
+    encodes_vectors = False
+    shardable = False
+    """True when :class:`retrieval.app.shards.ShardedBackend` can split the searchable state (``global`` presets
+    with ``index.type`` flat or ivfadc)."""
+    """True when the searchable state is the global vectors of :meth:`encode` (``add_vectors`` takes vectors
+    encoded elsewhere, e.g. by a cluster's workers)."""
 
     def __init__(self, preset: dict):
         self.preset = preset
         self.trained = False
         self.effective = {}  # preset parameters reduced to fit the training data (record_reduction)
-        # what spatial re-ranking reads of each database image, kept across searches by image id (ids are never
-        # reused and an id always names the same content); a server hands it to the next generation's backend
-        # when the model is the same (retrieval.web.service.SharedBackends)
-        self.verification_cache = BytesLRU(verification_cache_bytes())
-        self.model_signature = None   # the model manifest's hash, set when the model is loaded from an index
 
     @property
     def config(self) -> Preset:
@@ -156,9 +130,18 @@ class Backend:
     def ids(self) -> np.ndarray:
         raise NotImplementedError
 
+    @property
+    def verifier(self) -> Verifier:
+        """The geometric verification of this backend's searches (the preset's ratio and decision threshold, the
+        backend's descriptor space): what ``retrieval match --index`` and the match view use too."""
+        raise NotImplementedError
+
     def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               query_expansion=None, shortlist=None, **options) -> list[Hit]:
+               query_expansion=None, shortlist=None, cache: BytesLRU | None = None, threads: int = 1,
+               **options) -> list[Hit]:
         """Ranked hits, best first, ordered by :func:`retrieval.engine.hits.finish_ranking`; ``query_expansion``
         (None: the preset's ``search.query_expansion``) is :func:`query_expansion_count`'s ``asked``;
-        ``shortlist`` (None: the preset's) is the number of first-stage results spatially verified."""
+        ``shortlist`` (None: the preset's) is the number of first-stage results spatially verified; ``cache``
+        keeps described database images across searches, ``threads`` verify images side by side. A search
+        only reads the backend: any number of threads may search one backend at once."""
         raise NotImplementedError

@@ -28,6 +28,8 @@ class BinaryBackend(GlobalBackend):
     """Global vector -> binary code; asymmetric (or Hamming) search; spatial re-ranking of the shortlist."""
 
     kind = "binary"
+    encodes_vectors = False
+    shardable = False
 
     def __init__(self, preset: dict):
         super().__init__(preset)
@@ -95,11 +97,7 @@ class BinaryBackend(GlobalBackend):
         n = len(self._ids)
         if n == 0:
             return []
-        self.embedding.codes_ = np.ascontiguousarray(self._codes)
-        try:
-            D, rows = self.embedding.search(q[None, :], min(k, n), distance=distance)
-        finally:
-            self.embedding.codes_ = np.zeros((0, self.embedding.nbytes), np.uint8)
+        D, rows = self.embedding.search_codes(q[None, :], self._codes, min(k, n), distance=distance)
         keep = rows[0] >= 0
         d, rows = np.asarray(D[0], np.float64)[keep], rows[0][keep]
         sims = (similarity_from_hamming(d, self.embedding.nbits) if distance == "hamming"
@@ -108,7 +106,7 @@ class BinaryBackend(GlobalBackend):
                 for x, r, s in zip(d, rows, sims, strict=True)]
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
-               shortlist=None, **options):
+               shortlist=None, cache=None, threads: int = 1, **options):
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind binary) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -117,4 +115,4 @@ class BinaryBackend(GlobalBackend):
             raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
                              f"{self.preset['name']!r}; got {method!r}.")
         return self._ranked(query, query_box, get_features, k=k, rerank=rerank, query_expansion=query_expansion,
-                            shortlist=shortlist, distance=method)
+                            shortlist=shortlist, cache=cache, threads=threads, distance=method)

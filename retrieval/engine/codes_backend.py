@@ -37,6 +37,9 @@ class CodesBackend(GlobalBackend):
     39 x ``nlist``) the parameters are reduced with a warning (:meth:`_fit_index_model`).
     """
 
+    encodes_vectors = False
+    shardable = False
+
     def __init__(self, preset: dict):
         super().__init__(preset)
         self.pq = None

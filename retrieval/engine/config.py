@@ -46,9 +46,14 @@ RERANKS = {"global": ("none", "spatial"), "binary": ("none", "spatial"), "object
 DEFAULT_SEARCH_METHOD = {"global": "ip", "binary": "expectation", "object": "delta1"}
 DEFAULT_INDEX_TYPE = {"global": "flat", "binary": "binary"}
 INDEX_TYPES = {"global": GLOBAL_INDEX_TYPES, "binary": ("binary",)}
-DEFAULT_ALPHA = {"fisher": 0.5, "vlad": 0.5, "bow": 1.0}
+POWER_ALPHA = {"fisher": 0.5, "vlad": 0.5, "bow": 1.0}
 """``aggregation.alpha`` when a preset does not set it: power normalisation 0.5 (Jegou et al. 2012, eq. 7) for Fisher
 and VLAD, 1.0 (no power normalisation) for BoW."""
+
+
+METHOD_ALPHA = {"delta1": 0.5, "delta2": 0.5, "asmk": 3.0}
+"""``search.alpha`` of an object scoring chosen at query time (``--method``) other than the preset's: alpha_1 /
+alpha_2 = 0.5 (Zhu et al. 2013), the selectivity exponent 3 (Tolias et al. 2013); l1 / l2 take none."""
 
 
 class PresetError(ValueError):
@@ -262,7 +267,7 @@ class AggregationConfig(_Section):
     n_components: int = _key(64, "Gaussians (fisher), centroids (vlad) or visual words (bow)", low=1)
     alpha: float = _key(None, "power normalisation exponent (eq. 7); default 0.5 for fisher/vlad, 1.0 for bow",
                         kind=float, low=0, high=1, closed="right",
-                        by_kind=lambda values, kind: DEFAULT_ALPHA[values.get("method", "fisher")])
+                        by_kind=lambda values, kind: POWER_ALPHA[values.get("method", "fisher")])
     idf: bool = _key(True, "idf weighting of the BoW histogram (bow only)", kind=bool,
                      used=lambda section, kind: section.method == "bow")
 
@@ -328,8 +333,8 @@ class SearchConfig(_Section):
     verify_top: int = _key(50, "object: the first results (of the exact re-ranking of object_search.shortlist) "
                            "verified spatially on the stored features", low=1, used=_kinds("object"))
     min_inliers: int = _key(DEFAULT_MIN_INLIERS, "global, binary: one-to-one inliers for a verified match (9: false-verification rate 0.03 % on 20,000 unrelated real pairs, docs/results.md)", low=1, used=_kinds("global", "binary"))
-    ratio: float = _key(0.85, "global, binary: Lowe's ratio test of the tentative matches", kind=float, low=0,
-                        high=1, closed="right", used=_kinds("global", "binary"))
+    ratio: float = _key(0.85, "Lowe's ratio test of the tentative matches of the verification", kind=float, low=0,
+                        high=1, closed="right")
     alpha: float = _key(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11), the "
                         "selectivity exponent of asmk (Tolias et al. 2013, eq. 7)",
                         kind=float, low=0, used=_kinds("object"))
@@ -340,6 +345,9 @@ class SearchConfig(_Section):
     rotation_fallback: bool = _key(False, "a whole-image query that verifies nothing but copies of itself is searched "
                                    "again turned by 90 and 270 degrees (upright features do not match a sideways "
                                    "photo); needs rerank spatial", kind=bool)
+    rotation_verify_top: int = _key(10, "rotation_fallback: first-stage results of each turned search verified "
+                                    "(every match the turned searches verified on Holidays and UKBench ranked in "
+                                    "their first 3)", low=1, used=lambda section, kind: section.rotation_fallback)
 
 
 @dataclass(frozen=True)

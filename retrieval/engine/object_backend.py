@@ -4,12 +4,11 @@ BoW in an inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranki
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.persistence import atomic_write, crash_point
+from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import (
     STATE_FORMAT,
     STATE_FORMAT_VERSION,
@@ -19,14 +18,11 @@ from retrieval.engine.backend import (
     read_npy,
     write_npy,
 )
-from retrieval.engine.config import OBJECT_METHODS
+from retrieval.engine.config import METHOD_ALPHA, OBJECT_METHODS
 from retrieval.engine.hits import Hit
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.engine.presets import record_reduction
-
-DEFAULT_ALPHA = {"delta1": 0.5, "delta2": 0.5, "asmk": 3.0}
-"""alpha of a scoring chosen with ``--method`` other than the preset's: alpha_1 / alpha_2 = 0.5 (Zhu et al. 2013),
-the selectivity exponent 3 (Tolias et al. 2013); l1 / l2 take none."""
+from retrieval.rerank.verifier import Verifier
 
 
 class ObjectBackend(Backend):
@@ -58,7 +54,6 @@ class ObjectBackend(Backend):
     def train(self, features_of, n_images: int, progress=None) -> None:
         feats = [features_of(i) for i in range(n_images)]
         self.searcher = self._new(sum(len(f) for f in feats)).fit(feats)
-        crash_point("train")
         if progress:
             progress(3, 3)
         self.trained = True
@@ -86,13 +81,11 @@ class ObjectBackend(Backend):
     def add(self, ids, features, progress=None) -> None:
         ids = np.asarray(ids, dtype=np.int64)
         step = 64
-        half = len(features) // 2
         for s in range(0, len(features), step):
             self.searcher.add(ids[s:s + step], list(features[s:s + step]))
             if progress:
                 progress(min(s + step, len(features)), len(features))
-            if s <= half < s + step:
-                crash_point("encode")
+        self.searcher.commit()
         self._ids = np.concatenate([self._ids, ids])
 
     def remove(self, ids) -> None:
@@ -120,8 +113,14 @@ class ObjectBackend(Backend):
         self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
         self.searcher = self._loaded(folder / "searcher")
 
+    @property
+    def verifier(self) -> Verifier:
+        """RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
+        ``search.ratio`` and ``object_search.min_inliers``."""
+        return self.searcher.verifier(ratio=self.config.search.ratio)
+
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
-               shortlist=None, **options) -> list[Hit]:
+               shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:
         s = self.config.search
         method = method or s.method
         if method not in OBJECT_METHODS:
@@ -132,7 +131,7 @@ class ObjectBackend(Backend):
             raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
                              f"got {rerank!r}.")
         # the preset's alpha belongs to its method; another method chosen at query time gets that method's default
-        alpha = float(options.pop("alpha", s.alpha if method == s.method else DEFAULT_ALPHA.get(method, 1.0)))
+        alpha = float(options.pop("alpha", s.alpha if method == s.method else METHOD_ALPHA.get(method, 1.0)))
         if options:
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
@@ -145,7 +144,6 @@ class ObjectBackend(Backend):
         extra = {"query_expansion": n_qe} if n_qe else {}
         # images verified: the preset's search.verify_top, or the caller's (the sideways fallback's turned searches)
         extra["verify_top"] = int(s.verify_top if shortlist is None else shortlist)
-        self.searcher.verify_threads = min(4, os.cpu_count() or 1)
-        self.searcher.verification_cache = self.verification_cache
         return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
-                                    get_features=get_features, **extra)
+                                    get_features=get_features, verifier=self.verifier, cache=cache,
+                                    threads=threads, **extra)

@@ -28,21 +28,21 @@ import numpy as np
 
 from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
-from retrieval.core.cache import cached
+from retrieval.core.cache import BytesLRU
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import read_folder_header, save_npy_atomic, write_json_atomic
-from retrieval.core.threads import parallel_map
 from retrieval.engine.hits import Hit, finish_ranking
-from retrieval.engine.object_scores import object_similarity, unverified_hits, word_matches
+from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
+from retrieval.engine.object_scores import word_matches
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
-from retrieval.rerank.matching import tentative_matches
-from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
+from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
+from retrieval.rerank.verifier import Described, Verifier
 from retrieval.search import dissimilarities as dis
 from retrieval.search import smk
 from retrieval.search.invfile import METHODS as BOW_METHODS
-from retrieval.search.invfile import InvertedFile, histogram_rows, topk_smallest
+from retrieval.search.invfile import InvertedFile, histogram_rows
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,10 @@ METHODS = (*BOW_METHODS, "asmk")
 al. 2013, :mod:`retrieval.search.smk`; needs ``signatures=True``)."""
 
 
-VERIFY_RATIO = 0.85  # ratio test of the verification's tentative matches: the presets' search.ratio
-VERIFY_SHORTLIST = 50  # images verified on the stored features by default (the presets' search.verify_top)
+DEFAULT_RATIO = 0.85
+"""Ratio test of the tentative matches verified with stored features (the presets' ``search.ratio``)."""
+DEFAULT_VERIFY_TOP = 50
+"""Images verified on the stored features when ``verify_top`` is not given (the presets' ``search.verify_top``)."""
 
 def _descriptors(features, rootsift):
     d = np.asarray(features.descriptors)
@@ -90,16 +92,7 @@ class ObjectSearcher:
     ----------
     vocabulary_ : ApproximateKMeans
     invfile_ : InvertedFile
-    verify_threads : int
-        Shortlisted images verified side by side with the stored features (default 1; the index backend sets the
-        number of cores, at most 4). The outcome does not depend on it.
-    verification_cache : BytesLRU or None
-        Keeps the frames and RootSIFT descriptors of verified images by id across searches (default None; the
-        index backend sets its own, :class:`retrieval.core.cache.BytesLRU`).
     """
-
-    verify_threads = 1
-    verification_cache = None
 
     def __init__(self, n_words: int = 100_000, *, assignment: str = "hard", idf: bool = True,
                  shortlist: int = 200, min_inliers: int = DEFAULT_MIN_INLIERS, rootsift: bool = True,
@@ -150,7 +143,7 @@ class ObjectSearcher:
         self._fwd = {}
         return self
 
-    def _assign(self, desc):
+    def assign(self, desc):
         """Words (F, r) int32 and weights (F, r) float32 of descriptors (r = 1 hard, 3 soft)."""
         if desc.shape[0] == 0:
             r = 1 if self.assignment == "hard" else 3
@@ -173,7 +166,7 @@ class ObjectSearcher:
         entries = {}
         for i, f in zip(ids.tolist(), features_list, strict=True):
             desc = _descriptors(f, self.rootsift)
-            w, wt = self._assign(desc)
+            w, wt = self.assign(desc)
             entries[int(i)] = (w, wt, np.asarray(f.frames, np.float32), tuple(int(v) for v in f.image_size))
             items.append((w.ravel(), wt.ravel()))
             if self.signatures:   # one word per database descriptor (its nearest), as ASMK*
@@ -195,22 +188,34 @@ class ObjectSearcher:
             self._fwd.pop(int(i), None)
         return n
 
+    def commit(self) -> None:
+        """Merge the images added since the last commit into the inverted file (and the signatures): call once
+        after adding; a committed searcher is only read by its searches."""
+        self.invfile_.commit()
+        if self.signatures:
+            self.smk_.commit()
+
+    def forward(self, image_id: int):
+        """The forward entry of an indexed image: (words (F, r) int32, weights (F, r) float32, frames (F, 6)
+        float32, size (w, h))."""
+        return self._fwd[int(image_id)]
+
     @property
     def ntotal(self) -> int:
         return self.invfile_.ntotal if hasattr(self, "invfile_") else 0
 
     # ------------------------------------------------------------------ search
-    def _histogram(self, words, weights):
+    def histogram(self, words, weights):
         w, tf = histogram_rows([(np.asarray(words).ravel(), np.asarray(weights).ravel())], self.n_words)[0]
         return w, tf
 
-    def _exact(self, qw, qtf, cand, method, weight):
+    def exact(self, qw, qtf, cand, method, weight):
         """Exact float64 dissimilarities (Zhu et al. 2013, eq. 1, 8, 10) between Q and the full histograms of cand."""
         idf = self.invfile_.idf_
         out = np.empty(len(cand), dtype=np.float64)
         for n, i in enumerate(cand):
             words, weights, _, _ = self._fwd[int(i)]
-            tw, ttf = self._histogram(words, weights)
+            tw, ttf = self.histogram(words, weights)
             ttf = ttf.astype(np.float32).astype(np.float64)      # as stored in the postings
             sup = np.union1d(qw, tw)
             Q = np.zeros(sup.shape[0])
@@ -227,34 +232,28 @@ class ObjectSearcher:
                 out[n] = dis.delta2(Q, T, weight)[0]
         return out
 
-    def _verify(self, q, i, get_features) -> Verification | None:
-        """The library's one geometric verification (:func:`retrieval.rerank.verification.verify`) of database
-        image i; None when there are fewer than 3 tentative matches.
+    def verifier(self, ratio: float = DEFAULT_RATIO) -> Verifier:
+        """The verification of this searcher's spatial re-ranking with stored features: RootSIFT (or the raw
+        descriptors, ``rootsift=False``) ratio-test matches, ``min_inliers`` one-to-one inliers."""
+        return Verifier(ratio=ratio, min_inliers=self.min_inliers,
+                        describe=None if self.rootsift else (lambda d: np.asarray(d, np.float32)))
 
-        ``q`` = (query frames, query descriptors, query hard words). With the stored features (``get_features``),
-        the tentative matches are those of spatial re-ranking (RootSIFT ratio test, :func:`tentative_matches`),
-        on which the decision threshold was measured (docs/results.md, "Geometric verification"); without them,
-        the visual-word matches (at most 16 pairs per word)."""
-        q_frames, q_desc, q_words = q
-        words, _, frames, _ = self._fwd[int(i)]
-        if get_features is not None:
-            def described():
-                f = get_features(int(i))
-                return np.asarray(f.frames, np.float32), _descriptors(f, self.rootsift)
-
-            frames, desc = cached(self.verification_cache, ("described", int(i)), described,
-                                  lambda v: v[0].nbytes + v[1].nbytes + 64)
-            matches = (tentative_matches(q_desc, desc, ratio=VERIFY_RATIO)
-                       if len(desc) and len(q_desc) else np.empty((0, 2), np.int64))
-        else:
-            matches = word_matches(q_words, words[:, 0])
+    def _word_outcome(self, rnd: Round, i: int):
+        """Verification of database image ``i`` on visual-word correspondences (no stored features): ``(inliers,
+        box)`` when verified, else None. The decision and the box follow :class:`Verifier`."""
+        q_frames, _, q_words = rnd.q
+        words, _, frames, size = self._fwd[int(i)]
+        matches = word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
             return None
-        return verify(q_frames, frames, matches, min_inliers=self.min_inliers)
+        v = verify(q_frames, frames, matches, min_inliers=self.min_inliers)
+        box = project_box(rnd.box, v.transform, size) if v.verified else None
+        return None if box is None else (int(v.inliers), box)
 
     def search(self, query_features, *, bbox=None, k: int = 10, method: str = "delta1", alpha: float = 0.5,
                rerank: str = "spatial", get_features=None, query_expansion: bool = False,
-               exclude=None, verify_top: int | None = None) -> list[Hit]:
+               exclude=None, verify_top: int | None = None, verifier: Verifier | None = None,
+               cache: BytesLRU | None = None, threads: int = 1) -> list[Hit]:
         """Search the object in ``bbox`` (x1, y1, x2, y2, original pixels; None = whole image).
 
         Parameters
@@ -262,15 +261,19 @@ class ObjectSearcher:
         query_features : LocalFeatures of the query image (frames in original pixels)
         bbox : str or 4 numbers or None
         k : int -- number of hits
-        method : {"l1", "l2", "delta1", "delta2"}
-        alpha : float -- alpha_1 (eq. 9) or alpha_2 (eq. 11)
+        method : {"l1", "l2", "delta1", "delta2", "asmk"}
+        alpha : float -- alpha_1 (eq. 9) or alpha_2 (eq. 11), or the selectivity exponent of ASMK*
         rerank : {"none", "exact", "spatial"}
-        get_features : callable(id) -> LocalFeatures or None -- frames for verification (default: stored ones)
+        get_features : callable(id) -> LocalFeatures or None -- the stored features verified (RootSIFT ratio-test
+            matches, :meth:`verifier`); None: the visual-word correspondences of the forward index
         query_expansion : int or bool -- average query expansion from this many verified images (True: 10,
             False or 0: off; needs rerank="spatial")
         exclude : iterable of ids or None -- ids never returned (e.g. the query image itself)
         verify_top : int or None -- with the stored features, the first results verified (None: 50,
-            ``VERIFY_SHORTLIST``)
+            ``DEFAULT_VERIFY_TOP``)
+        verifier : Verifier or None -- the verification with stored features (None: :meth:`verifier`)
+        cache : BytesLRU or None -- keeps described database images by id across searches
+        threads : int -- images verified side by side (the outcome does not depend on it)
 
         Returns
         -------
@@ -278,7 +281,7 @@ class ObjectSearcher:
         :func:`retrieval.engine.hits.finish_ranking` (verified images by decreasing inliers, then the rest by
         similarity). ``distance`` is the dissimilarity (smaller is better), ``similarity`` its normalisation to
         [0, 1] (:func:`object_similarity`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
-        with ``rerank="spatial"``; ``box`` is None on a verified image whose projected box falls outside it.
+        with ``rerank="spatial"``. The searcher is only read: any number of threads may search it at once.
         """
         check_is_fitted(self, ["vocabulary_"])
         check_scalar(k, "k", "ObjectSearcher.search", low=1)
@@ -286,7 +289,6 @@ class ObjectSearcher:
         check_scalar(alpha, "alpha", "ObjectSearcher.search", kind=numbers.Real, low=0, closed="neither")
         check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
         n_qe = 10 if query_expansion is True else int(query_expansion or 0)
-        n_verify = VERIFY_SHORTLIST if verify_top is None else int(verify_top)
         if n_qe < 0:
             raise ValueError(f"query_expansion must be >= 0 (verified images averaged); got {query_expansion!r}.")
         if n_qe and rerank != "spatial":
@@ -301,129 +303,42 @@ class ObjectSearcher:
         q_frames = np.asarray(query_features.frames, np.float32)[mask]
         q_desc = _descriptors(query_features, self.rootsift)[mask]
         excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
+        verifier = verifier or self.verifier()
+        rnd = Round(q=(q_frames, q_desc, None), box=box, k=k, rerank=rerank, get_features=get_features,
+                     exclude=excl, n_verify=DEFAULT_VERIFY_TOP if verify_top is None else int(verify_top),
+                     verifier=verifier, described=Described(q_frames, q_desc if verifier.describe is None else
+                                                            np.asarray(verifier.describe(q_desc), np.float32),
+                                                            tuple(int(v) for v in query_features.image_size)),
+                     cache=cache, threads=int(threads))
         if method == "asmk":
-            return self._search_asmk(q_frames, q_desc, box, k, float(alpha), rerank, get_features, excl, n_qe, n_verify)
-        q_words, q_weights = self._assign(q_desc)
-        qw, qtf = self._histogram(q_words, q_weights)
-        q = (q_frames, q_desc, q_words[:, 0])
-        checked = {}   # id -> verification outcome, re-used by the expanded query's round
-        hits, verified = self._search_hist(qw, qtf, q, box, k, method, float(alpha), rerank,
-                                           get_features, excl, checked, n_verify)
-        if n_qe and verified:
-            hw, htf = [qw], [qtf]
-            for hit in verified:
-                if len(hw) > n_qe:
-                    break
-                words, weights, frames, _ = self._fwd[hit.id]
-                inside = select_in_box(frames, hit.box)
-                if inside.any():
-                    w2, t2 = self._histogram(words[inside], weights[inside])
-                    if len(w2) == len(qw) and np.array_equal(w2, qw) and np.allclose(t2, qtf):
-                        continue  # the query's own image (or an exact copy) adds nothing: skipped
-                    hw.append(w2)
-                    htf.append(t2)
-            if len(hw) == 1:
-                return hits
-            allw = np.concatenate(hw)
-            allt = np.concatenate(htf) / len(hw)
-            qw2, qtf2 = self._histogram(allw, allt)
-            hits, _ = self._search_hist(qw2, qtf2, q, box, k, method, float(alpha), rerank,
-                                        get_features, excl, checked, n_verify)
-        return hits
+            return AsmkScorer(self, float(alpha)).search(rnd, q_desc, n_qe)
+        return BowScorer(self, method, float(alpha)).search(rnd, q_desc, n_qe)
 
-    def _search_hist(self, qw, qtf, q, box, k, method, alpha, rerank, get_features, excl, checked, n_verify):
-        inv = self.invfile_
-        inv._commit()
-        scores, weight = inv._scores(qw, qtf * inv.idf_[qw], method, alpha)
-        if excl:
-            scores = np.where(np.isin(inv.ids_, list(excl)), np.inf, scores)
-        n_valid = int(np.isfinite(scores).sum())
-        R = min(max(self.shortlist, k), n_valid)
-        top = topk_smallest(scores, R)
-        ids = inv.ids_[top]
-        sc = scores[top]
-        qv = qtf * inv.idf_[qw]
-        if rerank == "none":
-            return unverified_hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
-        sc = self._exact(qw, qtf, ids, method, weight)
-        order = np.lexsort((np.arange(len(ids)), sc))
-        ids, sc = ids[order], sc[order]
-        sims = object_similarity(sc, method, qv, weight)
-        if rerank == "exact":
-            return unverified_hits(ids[:k], sc[:k], sims[:k]), []
-        return self._verified(unverified_hits(ids, sc, sims), q, box, k, get_features, checked, n_verify)
-
-    def _search_asmk(self, q_frames, q_desc, box, k, alpha, rerank, get_features, excl, n_qe, n_verify):
-        """ASMK* (:mod:`retrieval.search.smk`): the query's descriptors assigned to ``query_words`` words each and
-        aggregated per word, scored against the stored signatures; then verification, and average query expansion
-        in the kernel's space (the verified images' signatures of the words seen inside their matched boxes)."""
-        if not self.signatures:
-            raise ValueError("method 'asmk' needs a searcher built with signatures=True (presets 'accurate' and "
-                             "'object').")
-        centers = self.vocabulary_.cluster_centers_
-        words = (self.vocabulary_.kneighbors(q_desc, self.query_words)[1] if len(q_desc)
-                 else np.zeros((0, self.query_words), np.int64))
-        sw, sV = smk.aggregate_residuals(q_desc, words, centers)
-        q = (q_frames, q_desc, words[:, 0])
-        checked = {}   # id -> verification outcome: the expanded query's round re-uses the first round's
-        hits, verified = self._rank_asmk(sw, sV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify)
-        if not (n_qe and verified):
-            return hits
-        hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
-        own = smk.binarize(hV)
-        parts = [(sw, sV)]
-        for hit in verified:
-            if len(parts) > n_qe:
-                break
-            w2, s2 = self.smk_.signatures_of(hit.id)
-            if len(w2) == len(hw) and np.array_equal(w2, hw) and np.array_equal(s2, own):
-                continue  # the query's own image (or an exact copy) adds nothing: skipped
-            fw, _, frames, _ = self._fwd[hit.id]
-            keep = np.isin(w2, fw[select_in_box(frames, hit.box), 0])
-            if keep.any():
-                parts.append((w2[keep], smk.signature_vectors(s2[keep], centers.shape[1])))
-        if len(parts) == 1:
-            return hits
-        ew, eV = smk.expand_query(parts)
-        return self._rank_asmk(ew, eV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify)[0]
-
-    def _rank_asmk(self, sw, sV, q, box, k, alpha, rerank, get_features, excl, checked, n_verify):
-        f = self.smk_
-        sims = f.similarities(sw, sV, alpha=alpha, threshold=self.threshold, asymmetric=self.asymmetric)
-        ids = f.ids_
-        d = 1.0 - sims
-        if excl:
-            d = np.where(np.isin(ids, list(excl)), np.inf, d)
-        R = min(max(self.shortlist, k), int(np.isfinite(d).sum()))
-        top = topk_smallest(d, R)
-        top = top[np.lexsort((ids[top], d[top]))]   # ties broken by id
-        hits = unverified_hits(ids[top], d[top], sims[top])
-        if rerank != "spatial":
-            return hits[:k], []
-        return self._verified(hits, q, box, k, get_features, checked, n_verify)
-
-    def _verified(self, hits, q, box, k, get_features, checked, n_verify):
+    def verified(self, hits, rnd: Round):
         """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`).
 
-        ``checked`` (id -> (inliers, box) or None, filled in place) holds the outcomes of an earlier round of the
-        same query: the query side is the same, so an image verified (or rejected) once is not matched again."""
+        ``rnd.checked`` (id -> (inliers, box) or None, filled in place) holds the outcomes of an earlier round of
+        the same query: the query side is the same, so an image verified (or rejected) once is not matched again."""
         # with the stored features (RootSIFT ratio-test matches, costlier than word matches) the first ``n_verify``
-        # images after exact re-ranking are verified (the preset's search.verify_top; VERIFY_SHORTLIST by default)
-        head = hits[:n_verify] if get_features is not None else hits
-        todo = [h.id for h in head if h.id not in checked]
-        # the ratio test's matrix products release the GIL: the images are matched side by side
-        outcomes = parallel_map(lambda i: self._verify(q, i, get_features), todo,
-                                self.verify_threads if get_features is not None else 1)
-        for i, v in zip(todo, outcomes, strict=True):
-            checked[i] = ((int(v.inliers), project_box(box, v.transform, self._fwd[i][3]))
-                          if v is not None and v.verified else None)
+        # images after exact re-ranking are verified (the preset's search.verify_top)
+        head = hits[:rnd.n_verify] if rnd.get_features is not None else hits
+        todo = [h.id for h in head if h.id not in rnd.checked]
+        if rnd.get_features is not None:
+            outcomes = rnd.verifier.check_many(rnd.described, todo, rnd.box, rnd.get_features, cache=rnd.cache,
+                                               threads=rnd.threads)
+            for i, o in zip(todo, outcomes, strict=True):
+                rnd.checked[i] = (o.inliers, o.box) if o.verified else None
+        else:
+            for i in todo:
+                rnd.checked[i] = self._word_outcome(rnd, i)
         for hit in head:
-            if checked[hit.id] is not None:
+            if rnd.checked[hit.id] is not None:
                 hit.verified = True
-                hit.inliers, hit.box = checked[hit.id]
+                hit.inliers, hit.box = rnd.checked[hit.id]
         hits = finish_ranking(hits, reranked=True)
         verified = [h for h in hits if h.verified and h.box is not None]
-        return hits[:k], verified
+        return hits[:rnd.k], verified
+
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder) -> Path:

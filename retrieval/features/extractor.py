@@ -105,6 +105,11 @@ class FeatureExtractor:
             self.config["upscale_to"] = self.upscale_to
         self.config_key = config_key(self.config)
 
+    @property
+    def detector_impl(self):
+        """The detector object (:mod:`retrieval.features.detectors`) this extractor runs."""
+        return self._detector
+
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
         up = "" if self.upscale_to is None else f", upscale_to={self.upscale_to!r}"

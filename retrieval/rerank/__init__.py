@@ -1,7 +1,7 @@
 """Shortlist -> verified: tentative matches (one ratio test), geometric verification (affine / homography),
 spatial re-ranking of a shortlist, and boxes (clipping, projection, IoU)."""
 
-from retrieval.rerank.boxes import box_iou, clip_box, project_box
+from retrieval.rerank.boxes import box_iou, clip_box, project_box, query_region
 from retrieval.rerank.matching import (
     MatchResult,
     find_homography,
@@ -18,7 +18,8 @@ from retrieval.rerank.verification import (
     verify,
     verify_affine,
 )
+from retrieval.rerank.verifier import Verifier
 
 __all__ = ["DEFAULT_MIN_INLIERS", "MatchResult", "Verification", "box_iou", "clip_box", "find_homography", "match_descriptors", "match_features",
-           "match_images", "project_box", "spatial_rerank", "model_problem", "tentative_matches", "verify",
+           "match_images", "project_box", "query_region", "spatial_rerank", "Verifier", "model_problem", "tentative_matches", "verify",
            "verify_affine"]

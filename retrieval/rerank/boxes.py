@@ -2,14 +2,19 @@
 pixel is ``(0, 0)``, so an image of size ``(w, h)`` spans ``[0, w - 1] x [0, h - 1]``): clipping to an image, the
 projection of a query box through a verified transform into a database image, and intersection over union.
 
-Used by spatial re-ranking (:func:`retrieval.rerank.spatial.spatial_rerank`), object search
+:func:`query_region` is the one place a query's box is parsed, checked, clipped to the oriented image and its
+features selected. Used by spatial re-ranking (:func:`retrieval.rerank.spatial.spatial_rerank`), object search
 (:class:`retrieval.engine.object_search.ObjectSearcher`) and the box-query benchmark
 (:mod:`retrieval.bench.object_eval`).
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 Box = tuple[float, float, float, float]
 
@@ -75,3 +80,35 @@ def box_iou(a, b) -> float:
     inter = ix * iy
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
     return float(inter / union) if union > 0 else 0.0
+
+
+def query_region(features, bbox):
+    """The region of a query: ``(features inside bbox, box)`` for a box query, ``(features, whole image box)``
+    without one (``bbox`` None).
+
+    ``bbox``: ``"x1,y1,x2,y2"`` or 4 numbers, in pixels of the original image after EXIF orientation. A box
+    reaching outside the image is clipped to it, with a warning; one entirely outside, inverted or empty, or with
+    no feature inside, is a ValueError (one line).
+    """
+    from retrieval.features.frames import parse_box, select_in_box, subset
+
+    w, h = features.image_size
+    if bbox is None:
+        return features, (0.0, 0.0, float(w - 1), float(h - 1))
+    box = parse_box(bbox)
+    x1, y1, x2, y2 = box
+    if x2 <= x1 or y2 <= y1:
+        raise ValueError(f"box {bbox!r}: needs x2 > x1 and y2 > y1.")
+    if x1 < 0 or y1 < 0 or x2 > w or y2 > h:
+        clipped = clip_box(box, (w, h))
+        if clipped is None:
+            raise ValueError(f"box {bbox!r} is outside the query image of size {w}x{h} (boxes are x1,y1,x2,y2 "
+                             f"in pixels of the original image after EXIF rotation).")
+        logger.warning("box %s reaches outside the query image of size %dx%d: clipped to %s", bbox, w, h,
+                       ",".join(f"{v:g}" for v in clipped))
+        box = clipped
+    mask = select_in_box(features, box)
+    if not mask.any():
+        raise ValueError(f"no local features inside the box {bbox!r} of the query image: draw a larger box "
+                         f"around a textured object.")
+    return subset(features, mask), box

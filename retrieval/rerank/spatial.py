@@ -11,11 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from retrieval.core.cache import BytesLRU, cached
-from retrieval.features.rootsift import root_sift
-from retrieval.rerank.boxes import project_box
-from retrieval.rerank.matching import tentative_matches
-from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, model_problem, verify
+from retrieval.core.cache import BytesLRU
+from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, model_problem
+from retrieval.rerank.verifier import Verifier
 
 
 def distinct_inliers(matches: np.ndarray, mask: np.ndarray) -> int:
@@ -37,7 +35,8 @@ def plausible_transform(transform, max_scale_change: float = 10.0, region=None) 
 def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shortlist: int,
                    min_inliers: int | None = None, ratio: float, describe: Callable | None = None,
                    cache: BytesLRU | None = None) -> list:
-    """Re-rank the first ``shortlist`` hits: verified hits first, by decreasing inliers.
+    """Re-rank the first ``shortlist`` hits: verified hits first, by decreasing inliers (:meth:`Verifier.rerank
+    <retrieval.rerank.verifier.Verifier.rerank>` with these settings).
 
     Tentative matches by the ratio test of :func:`retrieval.rerank.matching.tentative_matches` (RootSIFT by
     default), then :func:`retrieval.rerank.verification.verify`. Verified hits come first, by decreasing
@@ -61,34 +60,6 @@ def spatial_rerank(hits: list, query, query_box, get_features: Callable, *, shor
         Keeps each database image's frames and described descriptors (key ``("described", id)``) across calls
         (the caller guarantees that an id always names the same image and that ``describe`` does not change).
     """
-    if len(query) == 0 or not hits:
-        return hits
-    min_inliers = DEFAULT_MIN_INLIERS if min_inliers is None else min_inliers
-    describe = describe or root_sift
-    dq = describe(query.descriptors)
-    head, tail = hits[:shortlist], hits[shortlist:]
-    verified, unverified = [], []
-
-    def database_side(image_id):
-        db = get_features(image_id)
-        return db.frames, (describe(db.descriptors) if len(db) else None), db.image_size
-
-    def size(item):
-        return item[0].nbytes + (0 if item[1] is None else item[1].nbytes) + 64
-
-    for hit in head:
-        frames, desc, image_size = cached(cache, ("described", hit.id), lambda i=hit.id: database_side(i), size)
-        matches = tentative_matches(dq, desc, ratio=ratio) if desc is not None else np.empty((0, 2), np.int64)
-        v = verify(query.frames, frames, matches, min_inliers=min_inliers)
-        hit.inliers = int(v.inliers)
-        hit.verified = bool(v.verified)
-        box = project_box(query_box, v.transform, image_size) if v.verified else None
-        if box is not None:
-            hit.box = box
-            verified.append(hit)
-        else:
-            hit.verified = False
-            hit.box = None
-            unverified.append(hit)
-    verified.sort(key=lambda h: (-h.inliers, -h.score))
-    return verified + unverified + tail
+    verifier = Verifier(ratio=ratio, min_inliers=DEFAULT_MIN_INLIERS if min_inliers is None else min_inliers,
+                        describe=describe)
+    return verifier.rerank(hits, query, query_box, get_features, shortlist=shortlist, cache=cache)

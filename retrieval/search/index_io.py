@@ -122,7 +122,7 @@ def _quantizer(M, nbits, codebooks, d, **params) -> ProductQuantizer:
     pq.codebooks_ = np.array(codebooks)
     pq.d_, pq.ksub_, pq.dsub_ = int(d), pq.codebooks_.shape[1], pq.codebooks_.shape[2]
     pq.codes_ = np.empty((0, pq.M), dtype=pq.code_dtype)
-    pq._sdc = None
+    pq.forget_tables()
     return pq
 
 

@@ -136,6 +136,11 @@ class InvertedFile:
         self._dirty = True
         return self
 
+    def commit(self) -> None:
+        """Merge the images added since the last commit into the postings and refresh the weights (idf, norms).
+        Searches commit first when needed; a writer commits once after adding, so that searches only read."""
+        self._commit()
+
     def _commit(self) -> None:
         if self._pending:
             words = np.concatenate([p[0] for p in self._pending])
@@ -244,6 +249,12 @@ class InvertedFile:
         check_choice(method, "method", "InvertedFile.scores", METHODS)
         check_scalar(alpha, "alpha", "InvertedFile.scores", kind=numbers.Real, low=0, closed="neither")
         qw, qv = self.query_weights(q)
+        return self._scores(qw, qv, method, float(alpha))
+
+    def scores_of_weights(self, qw, qv, method: str, alpha: float):
+        """:meth:`scores` of a query already weighted: ``qw`` its sorted words, ``qv`` their idf-weighted values.
+        ``qv`` must be computed with the committed ``idf_`` (call :meth:`commit` first)."""
+        self._commit()
         return self._scores(qw, qv, method, float(alpha))
 
     def _scores(self, qw, qv, method, alpha):

@@ -68,7 +68,7 @@ class InvertedLists:
         n = list_nos.shape[0]
         if n and (list_nos.min() < 0 or list_nos.max() >= self.nlist):
             raise ValueError(f"list numbers must be in [0, {self.nlist}); got [{list_nos.min()}, {list_nos.max()}].")
-        codes = self.pq_._check_codes(codes)
+        codes = self.pq_.check_codes(codes)
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if codes.shape[0] != n or ids.shape[0] != n:
             raise ValueError(f"list_nos, codes and ids must have the same length; got {n}, {codes.shape[0]}, "
@@ -101,7 +101,7 @@ class InvertedLists:
         if self.vectors_ is not None:
             self.vectors_ = merge(self.vectors_, check_array(vectors, "vectors", n_features=self.d_, dtype=None))
         if self.refine_codes_ is not None:
-            self.refine_codes_ = merge(self.refine_codes_, self.refine_pq_._check_codes(refine_codes))
+            self.refine_codes_ = merge(self.refine_codes_, self.refine_pq_.check_codes(refine_codes))
         self.offsets_ = new_offsets
         if n:
             self.next_id_ = max(int(self.next_id_), int(ids.max()) + 1)

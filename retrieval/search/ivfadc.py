@@ -155,7 +155,25 @@ class IVFADC(InvertedLists):
         self._init_storage()
         self._term2 = None
         self._cnorms = None
+        return self.prepare()
+
+    def prepare(self) -> IVFADC:
+        """Compute the tables derived from the trained quantisers (squared norms of the coarse centroids, and the
+        precomputed term of the distance decomposition when it is used), so that a search only reads the index:
+        any number of threads may then search it at once. Called by :meth:`fit` and :meth:`load`."""
+        self._cnorms = sq_norms(self.centroids_)
+        if self._use_precomputed():
+            self._term2 = None
+            self._precomputed_term2()
         return self
+
+    def empty_like(self) -> IVFADC:
+        """A copy with the same trained quantisers and no vector (a shard's inverted lists are filled from it)."""
+        import copy
+
+        out = copy.copy(self)
+        out._init_storage()
+        return out.prepare()
 
     # ------------------------------------------------------------------ adding and removing
     def add(self, X, ids=None, *, batch_size: int = 65536) -> np.ndarray:
@@ -345,4 +363,4 @@ class IVFADC(InvertedLists):
         index.next_id_ = int(header["next_id"])
         index._term2 = None
         index._cnorms = None
-        return index
+        return index.prepare()

@@ -105,7 +105,7 @@ class KPCAPQ(PersistableMixin):
         pq.codebooks_ = books
         pq.d_, pq.dsub_, pq.ksub_ = int(books.shape[0] * books.shape[2]), int(books.shape[2]), int(books.shape[1])
         pq.codes_ = arrays["pq_codes"]
-        pq._sdc = None
+        pq.forget_tables()
         self.pq_ = pq
 
     def add(self, X) -> None:

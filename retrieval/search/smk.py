@@ -239,6 +239,11 @@ class SMKFile:
         self._known |= new
         return self
 
+    def commit(self) -> None:
+        """Merge the images added since the last commit (searches commit first when needed; a writer commits once
+        after adding, so that searches only read)."""
+        self._commit()
+
     def _commit(self) -> None:
         if not self._pending:
             return

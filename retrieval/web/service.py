@@ -1,29 +1,28 @@
 """The served index: what the routes of :mod:`retrieval.web.api` and :mod:`retrieval.web.pages` call.
 
 - Searches run in a thread pool sized to the cores, one BLAS thread each (the parallelism is across searches; the
-  heavy work, NumPy / OpenCV, releases the GIL). Each pool thread has its own :class:`ServedIndex` (its own
-  SQLite connection: a search reads ``(generation, rows)`` in one read transaction, :meth:`Catalog.snapshot`), and
-  every thread shares ONE loaded backend per generation (:class:`SharedBackends`): the model and the search arrays
-  are loaded once, again only when a new generation is published (by this server or by ``retrieval index`` in
-  another process; the next search sees it, no restart). A search only reads its backend.
-- Writes (an uploaded image added, an image removed) run one at a time in a writer thread, on a separate
-  :class:`~retrieval.app.index.Index` that takes the index's writer lock (the same lock as ``retrieval index``) and
-  builds the next generation apart: searches keep reading the last published one meanwhile.
+  heavy work, NumPy / OpenCV, releases the GIL). Every thread uses ONE :class:`~retrieval.app.index.Index`: each
+  thread has its own SQLite connection, and every search runs on the immutable
+  :class:`~retrieval.app.searcher.Searcher` of the generation committed when it started, loaded once per
+  generation (again only when a new generation is published, by this server or by ``retrieval index`` in
+  another process; the next search sees it, no restart). A search only reads its searcher.
+- Writes (an uploaded image added, an image removed) run one at a time in a writer thread, through the same
+  :class:`~retrieval.app.index.Index`, under the index's writer lock (the same lock as ``retrieval index``); the
+  next generation is built apart and published at once: searches keep reading the last published one meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from retrieval.app.index import Index
+from retrieval.app.matches import match_record
 from retrieval.engine.presets import preset_config
 from retrieval.web.thumbs import SIDES, ThumbnailCache
 from retrieval.web.uploads import UPLOADS, ApiError, CheckedImage, discard, store_upload
@@ -32,52 +31,6 @@ logger = logging.getLogger(__name__)
 
 MAX_K = 200
 """The largest number of results one search may ask for."""
-
-
-class SharedBackends:
-    """The loaded backend of the latest generations (at most two: the published one and, briefly, the one before),
-    shared by every search thread."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._load_lock = threading.Lock()
-        self._cache: dict[int, object] = {}
-        self.loads = 0
-
-    def get(self, idx: ServedIndex, gen: int, fallback: bool):
-        with self._lock:
-            backend = self._cache.get(gen)
-        if backend is not None:
-            return backend
-        with self._load_lock:   # one load at a time; searches of a cached generation go on meanwhile
-            with self._lock:
-                backend = self._cache.get(gen)
-            if backend is None:
-                idx._backend = None
-                backend = Index._backend_for(idx, gen, fallback=fallback)
-                idx._backend = None
-                with self._lock:
-                    newest = self._cache[max(self._cache)] if self._cache else None
-                    if (newest is not None and backend.model_signature is not None
-                            and newest.model_signature == backend.model_signature):
-                        backend.verification_cache = newest.verification_cache   # same model: same descriptions
-                    self._cache[gen] = backend
-                    for old in sorted(self._cache)[:-2]:
-                        del self._cache[old]
-                self.loads += 1
-        return backend
-
-
-class ServedIndex(Index):
-    """An :class:`Index` for one search thread: its backends come from the server's :class:`SharedBackends`, and it
-    records the generation its last search read (``searched_generation``). Never used to write."""
-
-    shared: SharedBackends
-    searched_generation: int | None = None
-
-    def _backend_for(self, gen: int, *, fallback: bool = True):
-        self.searched_generation = gen
-        return self.shared.get(self, gen, fallback)
 
 
 def _public_row(row: dict, uploads: Path) -> dict:
@@ -99,10 +52,12 @@ class Service:
         ``features.max_megapixels`` (the CLI's guard)
     cluster : ``distributed.Client`` or None — search a sharded index's shards on the cluster's workers
         (:meth:`Index.use_cluster <retrieval.app.index.Index.use_cluster>`); None: in this process
+    **index_options : :meth:`Index.open <retrieval.app.index.Index.open>`'s (``verification_cache_mb``,
+        ``verify_threads``)
     """
 
     def __init__(self, index_path, *, workers: int | None = None, max_upload_bytes: int = 20_000_000,
-                 max_megapixels: float | None = None, cluster=None):
+                 max_megapixels: float | None = None, cluster=None, **index_options):
         self.path = Path(index_path).resolve()
         self.cluster = cluster
         first = Index.open(self.path)   # refuses a folder that is not an index (one line)
@@ -117,28 +72,20 @@ class Service:
         # the pool runs searches side by side: each uses ONE BLAS thread (several threads per search on top of the
         # pool oversubscribe the cores; measured 5x slower on 2 cores, docs/benchmarks.md)
         self._blas = threadpool_limits(limits=1)
-        self.shared = SharedBackends()
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="retrieval-search")
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="retrieval-write")
-        self._local = threading.local()
-        self._all: list[Index] = []
+        self.index = Index.open(self.path, **index_options)
+        if cluster is not None:
+            self.index.use_cluster(cluster)
 
-    # ------------------------------------------------------------------ per-thread index
-    def local(self) -> ServedIndex:
-        idx = getattr(self._local, "index", None)
-        if idx is None:
-            idx = ServedIndex.open(self.path)
-            if self.cluster is not None:
-                idx.use_cluster(self.cluster)
-            idx.shared = self.shared
-            self._local.index = idx
-            self._all.append(idx)
-        return idx
+    def local(self) -> Index:
+        """The served :class:`Index` (shared by every thread)."""
+        return self.index
 
     def warm_up(self) -> None:
         """Load the model and the published generation, and run one search (compiles what is compiled on first
         use), so that the first request is not the slow one."""
-        idx = self.local()
+        idx = self.index
         gen, rows = idx.catalog.snapshot()
         first = next((r for r in rows if r["status"] == "indexed"), None)
         if gen and first is not None:
@@ -147,6 +94,7 @@ class Service:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.writer.shutdown(wait=True, cancel_futures=True)
+        self.index.close()
         self._blas.restore_original_limits()
 
     # ------------------------------------------------------------------ reads
@@ -157,9 +105,9 @@ class Service:
         return row
 
     def _searchable(self, idx: Index) -> int:
-        gen = int(idx.catalog.get_meta("generation", 0))
+        gen = idx.catalog.generation()
         if gen == 0:
-            if idx._writer_active():
+            if idx.writer_active():
                 raise ApiError(503, "the index is being built by a running 'retrieval index': nothing is searchable "
                                     "before its first commit; try again when it has finished.")
             raise ApiError(409, "the index is empty: add images ('retrieval index PHOTO_DIR', or POST /api/images).")
@@ -178,16 +126,16 @@ class Service:
             self._row(image_id)
         t0 = time.perf_counter()
         try:
-            hits = idx.search(int(image_id) if image_id is not None else str(image_path), bbox=box, k=int(k),
-                              rerank=rerank or None)
+            res = idx.search_results(int(image_id) if image_id is not None else str(image_path), bbox=box, k=int(k),
+                                     rerank=rerank or None)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        sizes = {}
+        hits, sizes = res.hits, {}
         for h in hits:
             r = idx.catalog.row_by_id(h.id)
             if r is not None:
                 sizes[str(h.id)] = [r["width"], r["height"]]
-        return {"generation": idx.searched_generation, "query": {"id": image_id, "box": box, "k": int(k),
+        return {"generation": res.generation, "query": {"id": image_id, "box": box, "k": int(k),
                                                                 "rerank": rerank},
                 "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes}
 
@@ -219,90 +167,65 @@ class Service:
     def info(self) -> dict:
         out = self.local().info()
         out["server"] = {"search_threads": self.workers, "max_upload_bytes": self.max_upload_bytes,
-                         "max_megapixels": self.max_megapixels, "backend_loads": self.shared.loads}
+                         "max_megapixels": self.max_megapixels, "backend_loads": self.index.searchers.loads}
         return out
 
     def match(self, *, a_id: int | None = None, a_path=None, b_id: int, box=None, max_points: int = 300) -> dict:
         """The verified correspondences between a query (an indexed image or a checked upload, optionally its box)
-        and the indexed image ``b_id``: the features of the index, matched and verified with the preset's
-        parameters (:func:`retrieval.rerank.matching.match_features`)."""
-        from retrieval.rerank.matching import apply_homography, match_features
-
+        and the indexed image ``b_id``: the index's one verifier (:meth:`Index.match
+        <retrieval.app.index.Index.match>`), so the verdict, the inliers and the box are those of the ranked list."""
         idx = self.local()
         if a_id is not None:
             self._row(a_id)
         rb = self._row(b_id)
         try:
-            fa, _ = idx.query_features(int(a_id) if a_id is not None else str(a_path))
-            fa, qbox = idx._restrict_to_box(fa, box)
-            fb, _ = idx.query_features(int(b_id))
+            m = idx.match(int(a_id) if a_id is not None else str(a_path), int(b_id), bbox=box)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        s = preset_config(idx.preset).search
-        res = match_features(fa, fb, ratio=s.ratio, min_inliers=s.min_inliers)
-        ia, ib = res.inlier_pairs[:, 0], res.inlier_pairs[:, 1]
-        sel = np.arange(len(ia))
-        if len(sel) > max_points:
-            sel = np.linspace(0, len(sel) - 1, max_points).astype(int)
-        out = res.to_json()
-        out.update({"a": {"id": a_id, "size": list(fa.image_size), "box": None if box is None else list(qbox)},
-                    "b": {"id": int(b_id), "path": rb["path"], "size": list(fb.image_size)},
-                    "points_a": np.round(fa.xy[ia[sel]], 1).tolist(), "points_b": np.round(fb.xy[ib[sel]], 1).tolist(),
-                    "box_in_b": None})
-        if res.homography is not None:
-            x1, y1, x2, y2 = qbox
-            corners = apply_homography(res.homography, np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], float))
-            if np.isfinite(corners).all():
-                out["box_in_b"] = np.round(corners, 1).tolist()
-        return out
+        return match_record(m, a_id=a_id, b_id=int(b_id), b_path=rb["path"], box_given=box is not None,
+                            max_points=max_points)
 
     # ------------------------------------------------------------------ writes (the writer thread)
     def add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
         """Store a checked upload under ``INDEX/uploads`` and index it (a sync of that folder, followed by the
         index like its photo folder). Returns (record, added); an image whose content is already indexed is not
         stored again (added False)."""
-        idx = Index.open(self.path)
+        idx = self.index
+        rows = idx.catalog.snapshot()[1]
+        same = [r for r in rows if r["hash"] == checked.hash and r["status"] == "indexed"]
+        if same:
+            discard(checked.path)
+            return _public_row(same[0], self.uploads), False
+        if not idx.roots and rows:
+            discard(checked.path)
+            raise ApiError(409, f"{self.path} follows no folder (it was built from a list of files): an upload "
+                                f"cannot be added to it.")
+        dest = store_upload(checked, self.uploads)
+        if str(dest) in idx.excluded:
+            idx.include([dest])
         try:
-            rows = idx.catalog.snapshot()[1]
-            same = [r for r in rows if r["hash"] == checked.hash and r["status"] == "indexed"]
-            if same:
-                discard(checked.path)
-                return _public_row(same[0], self.uploads), False
-            if not idx.roots and rows:
-                discard(checked.path)
-                raise ApiError(409, f"{self.path} follows no folder (it was built from a list of files): an upload "
-                                    f"cannot be added to it.")
-            dest = store_upload(checked, self.uploads)
-            if str(dest) in idx.excluded:
-                idx.include([dest])
-            try:
-                idx.sync(self.uploads, workers=1, add_root=True)
-            except RuntimeError as exc:   # the writer lock is held by another process
-                raise ApiError(409, str(exc)) from None
-            except ValueError as exc:
-                raise ApiError(409, f"the image is stored in {dest} but could not be indexed: {exc}") from None
-            row = idx.catalog.row_by_path(str(dest))
-            if row is None or row["status"] != "indexed":
-                reason = row["error"] if row else "not found by the sync"
-                raise ApiError(400, f"upload {name!r} could not be indexed: {reason}.")
-            return _public_row(row, self.uploads), True
-        finally:
-            idx.close()
+            idx.sync(self.uploads, workers=1, add_root=True)
+        except RuntimeError as exc:   # the writer lock is held by another process
+            raise ApiError(409, str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(409, f"the image is stored in {dest} but could not be indexed: {exc}") from None
+        row = idx.catalog.row_by_path(str(dest))
+        if row is None or row["status"] != "indexed":
+            reason = row["error"] if row else "not found by the sync"
+            raise ApiError(400, f"upload {name!r} could not be indexed: {reason}.")
+        return _public_row(row, self.uploads), True
 
     def remove(self, image_id: int) -> dict:
         """Drop an image from the index (a new generation); an uploaded image's stored file is deleted too, other
         files are never touched."""
-        idx = Index.open(self.path)
+        idx = self.index
+        row = idx.catalog.row_by_id(int(image_id))
+        if row is None:
+            raise ApiError(404, f"no image with id {image_id} in the index.")
         try:
-            row = idx.catalog.row_by_id(int(image_id))
-            if row is None:
-                raise ApiError(404, f"no image with id {image_id} in the index.")
-            try:
-                idx.remove([int(image_id)])
-            except RuntimeError as exc:
-                raise ApiError(409, str(exc)) from None
-            if Path(row["path"]).parent == self.uploads:
-                discard(row["path"])
-            return {"removed": int(image_id), "path": row["path"], "generation": int(idx.catalog.get_meta("generation"))}
-        finally:
-            idx.close()
+            idx.remove([int(image_id)])
+        except RuntimeError as exc:
+            raise ApiError(409, str(exc)) from None
+        if Path(row["path"]).parent == self.uploads:
+            discard(row["path"])
+        return {"removed": int(image_id), "path": row["path"], "generation": idx.catalog.generation()}

@@ -56,9 +56,11 @@ def check_consistent(index_dir, photos, ref):
     assert sorted(paths) == walk_photos(photos)  # complete, no duplicate
     assert all(r["status"] == "indexed" for r in rows)
     assert len({r["id"] for r in rows}) == len(rows)
-    backend = idx._backend_for(gen)
+    searcher = idx.searcher()
+    assert searcher.generation == gen
+    backend = searcher.backend
     assert sorted(backend.ids.tolist()) == sorted(r["id"] for r in rows)  # no missing or extra vector
-    vecs = np.asarray(backend._vectors)
+    vecs = np.asarray(backend.vectors)
     assert np.isfinite(vecs).all() and np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-4)
     leftovers = [p.name for p in (index_dir / "gens").iterdir() if p.name.endswith(".tmp")]
     assert leftovers == [] and not (index_dir / "model.tmp").exists()
@@ -113,3 +115,36 @@ def test_queries_during_a_sync_see_old_or_new_state(setup, tmp_path):
     sizes.append(len(Index.open(index_dir).search(q, k=50)))
     assert len(sizes) >= 3
     assert set(sizes) <= {6, 16} and sizes[-1] == 16
+
+
+@pytest.mark.parametrize("point", ["array", "publish", "catalog", "commit"])
+def test_kill9_during_a_remove_leaves_the_old_or_the_new_state(setup, tmp_path, point):
+    """``retrieval remove`` publishes through the same IndexFolder.publish as a sync: killed at each of its points,
+    the index holds either every image or every image but the removed one (catalog and search state agreeing),
+    and the remove run again completes it."""
+    from helpers import copy_index
+
+    d, photos, _, ref, _ = setup
+    index_dir = copy_index(d / "ref", tmp_path / "idx")
+    gone = walk_photos(photos)[2]
+    args = ["remove", gone, "--index", str(index_dir)]
+    crashed = cli(args, {"RETRIEVAL_CRASH_AT": point})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    idx = Index.open(index_dir)
+    gen, rows = idx.catalog.snapshot()
+    indexed = sorted(r["id"] for r in rows if r["status"] == "indexed")
+    assert sorted(idx.searcher().backend.ids.tolist()) == indexed   # catalog and search state agree
+    assert (gone in {r["path"] for r in rows}) == (point != "commit")
+    idx.close()
+    if point != "commit":
+        again = cli(args)
+        assert again.returncode == 0, again.stderr[-2000:]
+    idx = Index.open(index_dir)
+    assert gone not in {r["path"] for r in idx.catalog.rows()}
+    assert sorted(idx.searcher().backend.ids.tolist()) == sorted(r["id"] for r in idx.catalog.rows())
+    q = walk_photos(photos)[0]
+    want = [h for h in results_view(ref, [q], k=5)[0] if h[0] != gone][:4]
+    assert_same_results([results_view(idx, [q], k=5)[0][:4]], [want])
+    leftovers = [p.name for p in (index_dir / "gens").iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+    idx.close()

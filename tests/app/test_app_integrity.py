@@ -150,7 +150,7 @@ def test_truncated_json_and_catalog_are_named_in_one_line(tmp_path, pool, target
             assert ranked(Index.open(tmp_path / "i"), q) == want
 
 
-@pytest.mark.parametrize("point", ["repair-state", "repair-publish", "repair-commit"])
+@pytest.mark.parametrize("point", ["array", "publish", "commit"])
 def test_kill_9_inside_repair_leaves_a_usable_index(tmp_path, pool, point):
     """``check --repair`` killed (SIGKILL) at each of its crash points: the index still answers (the fallback
     generation, or the repaired one), and a second ``check --repair`` ends with an intact index answering like the

@@ -96,14 +96,16 @@ def test_sync_add_modify_delete_move_equals_fresh_index(tmp_path, pool, model_di
     for i in (5, 6):
         os.rename(photos / f"p{i}{pool[i].suffix}", photos / "sub" / f"moved{i}{pool[i].suffix}")
 
+    from retrieval.app.index_build import Writer
+
     extracted = []
-    real_extract = Index._extract
+    real_extract = Writer.extract
 
     def spy(self, paths, *a, **kw):
         extracted.extend(paths)
         return real_extract(self, paths, *a, **kw)
 
-    monkeypatch.setattr(Index, "_extract", spy)
+    monkeypatch.setattr(Writer, "extract", spy)
     r2 = Index.open(tmp_path / "inc").sync(photos)
     assert (r2.added, r2.changed, r2.removed, r2.moved, r2.unchanged) == (5, 2, 3, 2, 3)
     assert not any("moved" in p for p in extracted)  # moved files are recognised by hash, not re-extracted
@@ -354,7 +356,7 @@ def test_a_run_left_running_by_a_killed_process_shows_as_interrupted(cli_index):
         idx.catalog.start_run("a process killed before its commit")
         assert idx.catalog.runs()[-1]["status"] == "running"
         assert idx.info()["last_run"]["status"] == "interrupted"        # nobody holds the writer lock
-        with idx._writer_lock():
+        with idx.writer_lock():
             assert idx.info()["last_run"]["status"] == "running"        # a sync in progress is running
     finally:
         idx.catalog.end_running_runs("interrupted")

@@ -140,11 +140,11 @@ def test_query_of_an_empty_index_and_a_concurrent_writer(world, tmp_path):
     res = run(["query", str(photos / "cmyk.jpg"), "--index", str(tmp_path / "e")])
     assert res.exit_code == 1 and "is empty" in res.output and len(error_lines(res)) == 1
     building = Index.open(tmp_path / "e")
-    with building._writer_lock():                   # a first build in progress, nothing committed yet
+    with building.writer_lock():                   # a first build in progress, nothing committed yet
         res = run(["query", str(photos / "cmyk.jpg"), "--index", str(tmp_path / "e")])
     assert res.exit_code == 1 and "is being built by a running 'retrieval index'" in res.output
     idx = Index.open(d / "i")
-    with idx._writer_lock():
+    with idx.writer_lock():
         res = run(["index", str(photos), "--index", str(d / "i")])
     assert res.exit_code == 1 and "another 'retrieval index' or 'remove' is writing" in res.output
     idx.close()

@@ -269,7 +269,7 @@ def test_served_sharded_index_searches_its_shards_on_the_cluster(tmp_path, clust
                 body = http.post("/api/search", data={"id": qid, "k": 8, "rerank": "none"}).json()
                 want = ranked(reference, [q], rerank="none")[0]
                 assert [(h["path"], h["score"]) for h in body["hits"]] == [(h[1], h[2]) for h in want]
-        assert all(idx._search_client is client for idx in server.service._all)
+        assert server.service.index.search_client is client
     finally:
         server.stop()
 

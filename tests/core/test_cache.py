@@ -66,18 +66,20 @@ def test_threads_keep_the_books_consistent():
 
 
 def test_verification_cache_budget_from_the_environment(monkeypatch):
-    from retrieval.engine.backend import VERIFICATION_CACHE_MB, verification_cache_bytes
+    """The environment is read at the command line's edge (retrieval.cli.options), then passed to Index.open."""
+    from retrieval.cli.options import verification_cache_mb
+    from retrieval.engine.backend import VERIFICATION_CACHE_MB
 
     monkeypatch.delenv("RETRIEVAL_VERIFY_CACHE_MB", raising=False)
-    assert verification_cache_bytes() == VERIFICATION_CACHE_MB << 20
+    assert verification_cache_mb() == VERIFICATION_CACHE_MB
     monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0.5")
-    assert verification_cache_bytes() == 1 << 19
+    assert verification_cache_mb() == 0.5
     monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0")
-    assert verification_cache_bytes() == 0
+    assert verification_cache_mb() == 0
     for bad in ("-1", "lots", "nan"):
         monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", bad)
         with pytest.raises(ValueError, match="RETRIEVAL_VERIFY_CACHE_MB must be a number of megabytes >= 0"):
-            verification_cache_bytes()
+            verification_cache_mb()
 
 
 def test_cached_without_a_cache_computes_every_time():

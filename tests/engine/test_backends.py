@@ -186,8 +186,12 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
     class Searcher:
         asked = []
 
+        def verifier(self, ratio):
+            return ("verifier", ratio)
+
         def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0,
-                   verify_top=None):
+                   verify_top=None, verifier=None, cache=None, threads=1):
+            assert verifier == ("verifier", 0.85)   # the preset's search.ratio, passed per call
             self.asked.append((rerank, query_expansion))
             self.verify_top = verify_top
             self.features = get_features
@@ -274,18 +278,18 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
 def test_shortlist_override_verifies_only_the_first_results(data, monkeypatch):
     """``search(..., shortlist=n)`` verifies the first n results of the first stage instead of the preset's
     ``search.shortlist`` (the sideways fallback's turned searches); None keeps the preset's."""
-    import retrieval.engine.global_backend as gb
+    from retrieval.rerank.verifier import Verifier
 
     V, ids, _ = data
     b = backend_with(V[:200], ids[:200], search={"shortlist": 50, "rerank": "spatial", "query_expansion": 0})
     monkeypatch.setattr(b, "encode", lambda queries: np.asarray(queries, np.float32))  # the query is a vector
     asked = []
 
-    def fake_rerank(candidates, *args, **kwargs):
+    def fake_rerank(self, candidates, *args, **kwargs):
         asked.append([h.id for h in candidates])
         return candidates
 
-    monkeypatch.setattr(gb, "spatial_rerank", fake_rerank)
+    monkeypatch.setattr(Verifier, "rerank", fake_rerank)
     q = V[3].copy()
     first = [h.id for h in b.search(q, k=60, query_box=None, rerank="none")]
     assert first == exact_top(V[:200], ids[:200], q, 60)

@@ -137,7 +137,7 @@ def test_inliers_are_counted_one_to_one():
 def test_object_similarity_matches_its_formula_and_keeps_the_order(method):
     """object_similarity against the dense dissimilarities of Zhu et al. 2013 (retrieval.search.dissimilarities):
     within [0, 1], 1 for a copy of the query, strictly decreasing in the dissimilarity."""
-    from retrieval.engine.object_search import object_similarity
+    from retrieval.engine.object_scores import object_similarity
     from retrieval.search import dissimilarities as dis
 
     rng = np.random.default_rng(1)

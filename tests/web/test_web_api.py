@@ -219,7 +219,7 @@ def test_empty_index_and_index_being_built(tmp_path):
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             assert_error(client.post("/api/search", data={"id": 0}), 409, "empty")
-            with idx._writer_lock():   # what a running first 'retrieval index' holds
+            with idx.writer_lock():   # what a running first 'retrieval index' holds
                 assert_error(client.post("/api/search", data={"id": 0}), 503, "being built")
     finally:
         server.stop()
@@ -251,11 +251,11 @@ def test_add_then_delete_is_reflected_by_searches(served):
     assert res["generation"] == gen0 + 1
     found = {h["id"]: h for h in res["hits"]}
     assert new_id in found and found[new_id]["verified"]
-    # the new generation's backend took over the verification cache of the one before (same model)
-    backends = server.service.shared._cache
-    assert sorted(backends) == [gen0, gen0 + 1], sorted(backends)
-    assert backends[gen0].verification_cache is backends[gen0 + 1].verification_cache
-    assert len(backends[gen0 + 1].verification_cache) > 0
+    # the new generation's searcher took over the verification cache of the one before (same model)
+    searchers = server.service.index.searchers.loaded()
+    assert sorted(searchers) == [gen0, gen0 + 1], sorted(searchers)
+    assert searchers[gen0].cache is searchers[gen0 + 1].cache
+    assert len(searchers[gen0 + 1].cache) > 0
 
     # a later 'retrieval index PHOTO_DIR' keeps the uploaded image (the index follows its uploads folder)
     out = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--workers", "1", "--quiet"])

@@ -1,0 +1,182 @@
+"""The searchable snapshot of one published generation: :class:`Searcher`, and the cache of them, :class:`Searchers`.
+
+A :class:`Searcher` is loaded once per generation (the model, the memory-mapped search arrays, the catalog rows of
+that generation) and never changes afterwards: any number of threads search it at once, without locks. What varies
+per search (the query, ``k``, the method, the verification depth, the threads) is an argument; the only shared
+mutable part is the verification cache, a thread-safe :class:`retrieval.core.cache.BytesLRU` keyed by image id
+(an id always names the same content). A new generation is a new :class:`Searcher`; :class:`Searchers` keeps the
+last two and hands the verification cache on when the model is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from retrieval.app.query import Query
+from retrieval.app.rotations import with_rotations
+from retrieval.core.cache import BytesLRU
+from retrieval.engine.backend import Backend
+from retrieval.engine.hits import Hit
+from retrieval.rerank.verifier import Outcome
+
+logger = logging.getLogger("retrieval.app.index")
+
+__all__ = ["Match", "Searcher", "Searchers", "default_verify_threads"]
+
+
+def default_verify_threads(kind: str) -> int:
+    """Images verified side by side in one search when the caller does not say: up to 4 cores for the object
+    presets (RootSIFT ratio tests, the costliest verification), 1 for the others."""
+    return min(4, os.cpu_count() or 1) if kind == "object" else 1
+
+
+@dataclass(frozen=True)
+class Match:
+    """The verdict of :meth:`Searcher.match`: the :class:`Outcome` of the one verifier, and both sides' features."""
+
+    outcome: Outcome
+    query: Query
+    features_b: object
+
+
+class Searcher:
+    """An immutable, thread-safe snapshot of one published generation (module docstring).
+
+    Parameters
+    ----------
+    generation : int
+    backend : Backend — loaded with the model and the generation's state; only read from now on
+    rows : mapping id -> catalog row of this generation
+    store : FeatureStore — the index's feature store (features verified)
+    extractor : FeatureExtractor — features of a database image missing from the store, and turned queries
+    cache : BytesLRU — described database images kept across searches
+    verify_threads : int — images verified side by side in one search
+    signature : str or None — the model's manifest hash (:meth:`IndexFolder.model_signature`)
+    """
+
+    def __init__(self, *, generation: int, backend: Backend, rows: Mapping[int, dict], store, extractor,
+                 cache: BytesLRU, verify_threads: int, signature: str | None = None):
+        self.generation = int(generation)
+        self.backend = backend
+        self.rows = MappingProxyType(dict(rows))
+        self.store = store
+        self.extractor = extractor
+        self.cache = cache
+        self.verify_threads = int(verify_threads)
+        self.signature = signature
+
+    @property
+    def config(self):
+        return self.backend.config
+
+    @property
+    def verifier(self):
+        return self.backend.verifier
+
+    def features_of(self, image_id: int):
+        """The stored features of an indexed image of this generation (extracted again when the store lost them)."""
+        r = self.rows[int(image_id)]
+        f = self.store.get(r["hash"], self.extractor.config_key)
+        return self.extractor(r["path"]) if f is None else f
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: Query, *, k: int, method=None, rerank=None, query_expansion=None,
+               shortlist: int | None = None, options: dict | None = None) -> list[Hit]:
+        """Ranked hits of ``query`` (new records, with ``rank`` and ``path``); the sideways fallback of the preset's
+        ``search.rotation_fallback`` for a whole-image query that verifies nothing but copies of itself."""
+        options = dict(options or {})
+        hits = self._search(query.features, query.box, k=k, method=method, rerank=rerank,
+                            query_expansion=query_expansion, shortlist=shortlist, options=options)
+        s = self.config.search
+        if s.rotation_fallback and query.whole and (rerank or s.rerank) == "spatial":
+            n = s.rotation_verify_top
+
+            def turned_search(features):
+                return self._search(features, query_region_of(features), k=n, method=method, rerank=rerank,
+                                    query_expansion=0, shortlist=n, options=dict(options))
+
+            hits = with_rotations(hits, query, self.rows, k, self.extractor, turned_search)
+        out = []
+        for hit in hits:   # the backends build new hits for every search: completed in place
+            r = self.rows.get(hit.id)
+            if r is None:  # not in this snapshot (cannot happen with a consistent generation)
+                continue
+            hit.rank, hit.path = len(out) + 1, r["path"]
+            out.append(hit)
+        return out
+
+    def _search(self, features, box, *, k, method, rerank, query_expansion, shortlist, options) -> list[Hit]:
+        return self.backend.search(features, k=k, query_box=box, method=method, rerank=rerank,
+                                   get_features=self.features_of, query_expansion=query_expansion,
+                                   shortlist=shortlist, cache=self.cache, threads=self.verify_threads, **options)
+
+    # ------------------------------------------------------------------ one pair
+    def match(self, query: Query, image_id: int) -> Match:
+        """The verdict of this searcher's verifier on ``query`` against indexed image ``image_id``: the same
+        verified flag, inliers and box as that image gets in ``query``'s ranked list."""
+        verifier = self.verifier
+        db = verifier.database(image_id, self.features_of, self.cache)
+        outcome = verifier.check(verifier.described(query.features), db, query.box)
+        return Match(outcome, query, self.features_of(image_id))
+
+
+def query_region_of(features):
+    w, h = features.image_size
+    return (0.0, 0.0, float(w - 1), float(h - 1))
+
+
+class Searchers:
+    """The :class:`Searcher` of the latest generations (at most two: the published one and, briefly, the one
+    before), loaded once each and shared by every thread.
+
+    ``load(generation) -> Searcher`` loads one (the caller reads the rows of that generation); a searcher of the
+    same model signature as the newest cached one gets that one's verification cache."""
+
+    def __init__(self, load, cache_bytes: int):
+        self._load = load
+        self._cache_bytes = int(cache_bytes)
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._by_gen: dict[int, Searcher] = {}
+        self.loads = 0
+
+    def get(self, generation: int) -> Searcher:
+        with self._lock:
+            s = self._by_gen.get(generation)
+        if s is not None:
+            return s
+        with self._load_lock:   # one load at a time; searches of a cached generation go on meanwhile
+            with self._lock:
+                s = self._by_gen.get(generation)
+            if s is not None:
+                return s
+            with self._lock:
+                newest = self._by_gen[max(self._by_gen)] if self._by_gen else None
+            s = self._load(generation, newest)
+            with self._lock:
+                self._by_gen[s.generation] = s
+                for old in sorted(self._by_gen)[:-2]:
+                    del self._by_gen[old]
+            self.loads += 1
+            return s
+
+    def loaded(self) -> dict[int, Searcher]:
+        """The searchers loaded now, by generation."""
+        with self._lock:
+            return dict(self._by_gen)
+
+    def new_cache(self, newest: Searcher | None, signature: str | None) -> BytesLRU:
+        """The verification cache of a new searcher: the newest one's when the model is the same."""
+        if newest is not None and signature is not None and newest.signature == signature:
+            return newest.cache
+        return BytesLRU(self._cache_bytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_gen.clear()
+

@@ -1,0 +1,165 @@
+"""The two scorings an :class:`retrieval.engine.object_search.ObjectSearcher` composes, and the state of one search.
+
+- :class:`BowScorer`: Zhu et al. 2013 -- the query's BoW histogram scored through the inverted file with l1 / l2
+  (eq. 1), delta_1 (eq. 8-9) or delta_2 (eq. 10-11), the top R re-scored exactly in float64 on the full histograms,
+  then verified; average query expansion (Chum et al. 2007) averages the histograms of the verified images'
+  features inside their matched boxes.
+- :class:`AsmkScorer`: ASMK* (Tolias et al. 2013, :mod:`retrieval.search.smk`) -- the query's descriptors assigned
+  to ``query_words`` words each and aggregated per word, scored against the stored binary signatures, then verified;
+  query expansion in the kernel's space (the verified images' signatures of the words seen inside their boxes).
+
+Both read the searcher only. Everything that varies per search lives in one :class:`Round` (the query, the box,
+``k``, the re-ranking, the verifier, the cache, the threads and the outcomes already verified), created by
+:meth:`ObjectSearcher.search <retrieval.engine.object_search.ObjectSearcher.search>` for that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from retrieval.core.cache import BytesLRU
+from retrieval.engine.object_scores import object_similarity, unverified_hits
+from retrieval.features.frames import select_in_box
+from retrieval.rerank.verifier import Described, Verifier
+from retrieval.search import smk
+from retrieval.search.invfile import topk_smallest
+
+__all__ = ["AsmkScorer", "BowScorer", "Round"]
+
+
+@dataclass
+class Round:
+    """The state of one search (never shared between searches).
+
+    ``q`` = (query frames, query descriptors, query hard words) inside the box; ``described`` the query side of
+    ``verifier``; ``checked`` (id -> (inliers, box) or None) the outcomes of an earlier round of the same query,
+    filled in place, so that the expanded query's round verifies no image twice."""
+
+    q: tuple
+    box: tuple
+    k: int
+    rerank: str
+    get_features: Callable | None
+    exclude: set
+    n_verify: int
+    verifier: Verifier
+    described: Described
+    cache: BytesLRU | None = None
+    threads: int = 1
+    checked: dict = field(default_factory=dict)
+
+    def with_words(self, words) -> Round:
+        self.q = (self.q[0], self.q[1], np.asarray(words))
+        return self
+
+
+class BowScorer:
+    """Zhu et al. 2013 through the searcher's inverted file (module docstring)."""
+
+    def __init__(self, searcher, method: str, alpha: float):
+        self.searcher, self.method, self.alpha = searcher, method, alpha
+
+    def search(self, rnd: Round, q_desc, n_qe: int):
+        s = self.searcher
+        q_words, q_weights = s.assign(q_desc)
+        rnd.with_words(q_words[:, 0])
+        qw, qtf = s.histogram(q_words, q_weights)
+        hits, verified = self.rank(qw, qtf, rnd)
+        if not (n_qe and verified):
+            return hits
+        hw, htf = [qw], [qtf]
+        for hit in verified:
+            if len(hw) > n_qe:
+                break
+            words, weights, frames, _ = s.forward(hit.id)
+            inside = select_in_box(frames, hit.box)
+            if inside.any():
+                w2, t2 = s.histogram(words[inside], weights[inside])
+                if len(w2) == len(qw) and np.array_equal(w2, qw) and np.allclose(t2, qtf):
+                    continue  # the query's own image (or an exact copy) adds nothing: skipped
+                hw.append(w2)
+                htf.append(t2)
+        if len(hw) == 1:
+            return hits
+        qw2, qtf2 = s.histogram(np.concatenate(hw), np.concatenate(htf) / len(hw))
+        return self.rank(qw2, qtf2, rnd)[0]
+
+    def rank(self, qw, qtf, rnd: Round):
+        """One round: inverted-file scores, the top R, exact re-scoring, verification; ``(hits[:k], verified)``."""
+        s, method = self.searcher, self.method
+        inv = s.invfile_
+        inv.commit()   # a no-op on a committed searcher (every index's); idf_ must be current for qv
+        qv = qtf * inv.idf_[qw]
+        scores, weight = inv.scores_of_weights(qw, qv, method, self.alpha)
+        if rnd.exclude:
+            scores = np.where(np.isin(inv.ids_, list(rnd.exclude)), np.inf, scores)
+        R = min(max(s.shortlist, rnd.k), int(np.isfinite(scores).sum()))
+        top = topk_smallest(scores, R)
+        ids, sc = inv.ids_[top], scores[top]
+        k = rnd.k
+        if rnd.rerank == "none":
+            return unverified_hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
+        sc = s.exact(qw, qtf, ids, method, weight)
+        order = np.lexsort((np.arange(len(ids)), sc))
+        ids, sc = ids[order], sc[order]
+        sims = object_similarity(sc, method, qv, weight)
+        if rnd.rerank == "exact":
+            return unverified_hits(ids[:k], sc[:k], sims[:k]), []
+        return s.verified(unverified_hits(ids, sc, sims), rnd)
+
+
+class AsmkScorer:
+    """ASMK* over the searcher's signatures (module docstring)."""
+
+    def __init__(self, searcher, alpha: float):
+        self.searcher, self.alpha = searcher, alpha
+
+    def search(self, rnd: Round, q_desc, n_qe: int):
+        s = self.searcher
+        if not s.signatures:
+            raise ValueError("method 'asmk' needs a searcher built with signatures=True (presets 'accurate' and "
+                             "'object').")
+        centers = s.vocabulary_.cluster_centers_
+        words = (s.vocabulary_.kneighbors(q_desc, s.query_words)[1] if len(q_desc)
+                 else np.zeros((0, s.query_words), np.int64))
+        sw, sV = smk.aggregate_residuals(q_desc, words, centers)
+        rnd.with_words(words[:, 0])
+        hits, verified = self.rank(sw, sV, rnd)
+        if not (n_qe and verified):
+            return hits
+        hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
+        own = smk.binarize(hV)
+        parts = [(sw, sV)]
+        for hit in verified:
+            if len(parts) > n_qe:
+                break
+            w2, s2 = s.smk_.signatures_of(hit.id)
+            if len(w2) == len(hw) and np.array_equal(w2, hw) and np.array_equal(s2, own):
+                continue  # the query's own image (or an exact copy) adds nothing: skipped
+            fw, _, frames, _ = s.forward(hit.id)
+            keep = np.isin(w2, fw[select_in_box(frames, hit.box), 0])
+            if keep.any():
+                parts.append((w2[keep], smk.signature_vectors(s2[keep], centers.shape[1])))
+        if len(parts) == 1:
+            return hits
+        ew, eV = smk.expand_query(parts)
+        return self.rank(ew, eV, rnd)[0]
+
+    def rank(self, sw, sV, rnd: Round):
+        s = self.searcher
+        f = s.smk_
+        sims = f.similarities(sw, sV, alpha=self.alpha, threshold=s.threshold, asymmetric=s.asymmetric)
+        ids = f.ids_
+        d = 1.0 - sims
+        if rnd.exclude:
+            d = np.where(np.isin(ids, list(rnd.exclude)), np.inf, d)
+        R = min(max(s.shortlist, rnd.k), int(np.isfinite(d).sum()))
+        top = topk_smallest(d, R)
+        top = top[np.lexsort((ids[top], d[top]))]   # ties broken by id
+        hits = unverified_hits(ids[top], d[top], sims[top])
+        if rnd.rerank != "spatial":
+            return hits[:rnd.k], []
+        return s.verified(hits, rnd)

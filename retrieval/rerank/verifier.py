@@ -1,0 +1,141 @@
+"""The one verifier of the application: :class:`Verifier`, so that a pair of images gets the same verdict, inliers
+and box wherever it is checked (re-ranking of a query, the object search, ``retrieval match --index``, the web
+page's match view and ``POST /api/match``, the duplicate finder).
+
+A verifier is immutable and holds only settings: the ratio of Lowe's test, the decision threshold and the space in
+which descriptors are compared (``describe``). What varies per call (the features of a database image, the cache
+of described images, the threads) is an argument. Steps for a query and a database image:
+
+1. both sides described (``describe``: RootSIFT by default; the global presets use RootSIFT reduced by their
+   local PCA), the database side read from the feature store and kept in the caller's cache;
+2. tentative matches by the ratio test (:func:`retrieval.rerank.matching.tentative_matches`);
+3. :func:`retrieval.rerank.verification.verify` (affine hypotheses from single correspondences, local
+   optimisation, homography refit, degenerate models rejected, one-to-one inliers, ``min_inliers``);
+4. the query box projected through the verified transform into the database image
+   (:func:`retrieval.rerank.boxes.project_box`); a pair whose projected box falls outside the image is not verified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from retrieval.core.cache import BytesLRU, cached
+from retrieval.core.threads import parallel_map
+from retrieval.features.rootsift import root_sift
+from retrieval.rerank.boxes import project_box
+from retrieval.rerank.matching import tentative_matches
+from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
+
+__all__ = ["Described", "Outcome", "Verifier", "rootsift_descriptors"]
+
+
+def rootsift_descriptors(descriptors) -> np.ndarray:
+    """RootSIFT (float32) of uint8 SIFT descriptors; float descriptors are taken as they are."""
+    d = np.asarray(descriptors)
+    if d.dtype == np.uint8:
+        return np.ascontiguousarray(root_sift(d), dtype=np.float32)
+    return np.ascontiguousarray(d, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Described:
+    """One side of a pair: frames (n, 6), described descriptors (n, d) float32 and the image size (w, h)."""
+
+    frames: np.ndarray
+    descriptors: np.ndarray
+    image_size: tuple[int, int]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.frames.nbytes + self.descriptors.nbytes + 64)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on one pair: ``verified``, one-to-one ``inliers``, the query ``box`` projected into the database
+    image (only when verified), and the underlying :class:`Verification` with its ``matches`` (tentative pairs
+    (m, 2), query index then database index)."""
+
+    verified: bool
+    inliers: int
+    box: tuple[float, float, float, float] | None
+    verification: Verification
+    matches: np.ndarray
+
+    @property
+    def inlier_pairs(self) -> np.ndarray:
+        return self.matches[np.asarray(self.verification.inlier_mask, bool)]
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """Geometric verification with fixed settings (module docstring).
+
+    Parameters
+    ----------
+    ratio : float — Lowe's ratio test of the tentative matches (the presets' ``search.ratio``)
+    min_inliers : int — one-to-one inliers for a verified pair (the presets' decision threshold)
+    describe : callable(uint8 SIFT (n, 128)) -> float32 (n, d), or None for RootSIFT
+    """
+
+    ratio: float = 0.85
+    min_inliers: int = DEFAULT_MIN_INLIERS
+    describe: Callable | None = None
+
+    def described(self, features) -> Described:
+        """The frames and compared descriptors of :class:`LocalFeatures`."""
+        frames = np.asarray(features.frames, np.float32) if len(features) else np.zeros((0, 6), np.float32)
+        if len(features) == 0:
+            desc = np.zeros((0, 0), np.float32)
+        elif self.describe is None:
+            desc = rootsift_descriptors(features.descriptors)
+        else:
+            desc = np.asarray(self.describe(features.descriptors), np.float32)
+        return Described(frames, desc, tuple(int(v) for v in features.image_size))
+
+    def database(self, image_id: int, get_features: Callable, cache: BytesLRU | None = None) -> Described:
+        """The described database image ``image_id`` (``get_features(id)``), kept in ``cache`` under
+        ``("described", id)`` (the caller guarantees an id always names the same content)."""
+        return cached(cache, ("described", int(image_id)), lambda: self.described(get_features(int(image_id))),
+                      lambda v: v.nbytes)
+
+    def check(self, query: Described, db: Described, query_box) -> Outcome:
+        """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
+        into the database image when the pair verifies."""
+        if len(query.descriptors) and len(db.descriptors):
+            matches = tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
+        else:
+            matches = np.empty((0, 2), np.int64)
+        v = verify(query.frames, db.frames, matches, min_inliers=self.min_inliers)
+        box = project_box(query_box, v.transform, db.image_size) if v.verified else None
+        return Outcome(bool(v.verified and box is not None), int(v.inliers), box, v, matches)
+
+    def check_many(self, query: Described, image_ids, query_box, get_features: Callable, *,
+                   cache: BytesLRU | None = None, threads: int = 1) -> list[Outcome]:
+        """:meth:`check` of ``query`` against each of ``image_ids``, side by side on ``threads`` threads of the
+        shared pool (the ratio test's products release the GIL); same outcomes in the same order whatever
+        ``threads``."""
+        return parallel_map(lambda i: self.check(query, self.database(i, get_features, cache), query_box),
+                            [int(i) for i in image_ids], threads)
+
+    def rerank(self, hits: list, query_features, query_box, get_features: Callable, *, shortlist: int,
+               cache: BytesLRU | None = None, threads: int = 1) -> list:
+        """Spatial re-ranking of the first ``shortlist`` hits (Philbin et al. 2007): each gets ``inliers``, and
+        ``verified`` and ``box`` when it verifies; verified hits first by decreasing inliers (ties by first-stage
+        score), then the rest of the shortlist and the tail in their first-stage order. ``hits`` are this call's
+        own records (set in place)."""
+        if len(query_features) == 0 or not hits:
+            return hits
+        query = self.described(query_features)
+        head, tail = hits[:shortlist], hits[shortlist:]
+        outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,
+                                   threads=threads)
+        verified, unverified = [], []
+        for hit, o in zip(head, outcomes, strict=True):
+            hit.inliers, hit.verified, hit.box = o.inliers, o.verified, o.box
+            (verified if o.verified else unverified).append(hit)
+        verified.sort(key=lambda h: (-h.inliers, -h.score))
+        return verified + unverified + tail

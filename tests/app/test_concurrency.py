@@ -1,0 +1,169 @@
+"""Concurrent searches on one shared index, for every bundled preset, while another writer publishes generations.
+
+For each preset, 8 threads run 400 searches (200 per path) (indexed images and a file that is not indexed, whole image and box,
+the preset's re-ranking and none) through the server's code path (:class:`retrieval.web.service.Service`, its
+search pool) and through :meth:`Index.search_results` from a thread pool, while another thread adds an image and
+then removes one (two new generations). Every answer must equal the single-threaded answer of the generation it
+reports (computed beforehand on copies of the index taken through the same two changes); no search may fail.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from helpers import copy_index, make_pool
+from PIL import Image
+
+from retrieval.app.index import Index
+from retrieval.engine.presets import load_preset, missing_pieces
+
+PRESETS = ["default", "compact", "accurate", "object"]
+N_SEARCHES = 200   # per path: 400 searches per preset
+THREADS = 8
+K = 6
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    return make_pool(tmp_path_factory.mktemp("conc") / "pool", side=240)
+
+
+def box_of(path) -> str:
+    with Image.open(path) as im:
+        w, h = im.size
+    return f"{w * 0.2:.0f},{h * 0.2:.0f},{w * 0.8:.0f},{h * 0.8:.0f}"
+
+
+def answer(hits) -> list:
+    return [h if isinstance(h, dict) else h.to_json() for h in hits]
+
+
+class World:
+    """The index (generation g0), the two changes a writer publishes, and the reference answers of g0, g0 + 1
+    and g0 + 2 (single-threaded, on copies that went through the same changes)."""
+
+    def __init__(self, tmp, preset, pool):
+        self.base = pool[:14]
+        self.extra, self.outside = pool[14], pool[15]
+        self.index_dir = tmp / "idx"
+        idx = Index.create(self.index_dir, preset)
+        idx.sync(self.base)
+        self.g0 = idx.catalog.generation()
+        by_path = {r["path"]: r for r in idx.catalog.rows()}
+        self.removed = by_path[str(self.base[3])]["id"]
+        queries = [("id", by_path[str(p)]["id"], p) for p in (self.base[0], self.base[6], self.base[10])]
+        queries.append(("file", str(self.outside), self.outside))
+        self.variants = [(kind, q, box, rerank) for kind, q, path in queries for box in (None, box_of(path))
+                         for rerank in (None, "none")]
+        idx.close()
+        self.pristine = copy_index(self.index_dir, tmp / "pristine")
+        refs = copy_index(self.index_dir, tmp / "refs")
+        self.reference = {}
+        ref = Index.open(refs)
+        for step in range(3):
+            if step == 1:
+                self.add(ref)
+            elif step == 2:
+                self.remove(ref)
+            gen = ref.catalog.generation()
+            assert gen == self.g0 + step
+            for v in self.variants:
+                self.reference[(gen, v)] = answer(ref.search(v[1], bbox=v[2], k=K, rerank=v[3]))
+        ref.close()
+
+    def add(self, idx):
+        idx.sync([*self.base, self.extra])
+
+    def remove(self, idx):
+        idx.remove([self.removed])
+
+    def fresh(self):
+        """The index at generation g0 again (each path starts from the same state)."""
+        shutil.rmtree(self.index_dir)
+        copy_index(self.pristine, self.index_dir)
+
+
+def run_concurrently(world, search) -> list:
+    """``search(variant) -> (generation, answer)`` on 8 threads, 400 times, while a writer publishes twice."""
+    rng = random.Random(0)
+    plan = [world.variants[rng.randrange(len(world.variants))] for _ in range(N_SEARCHES)]
+    done = [0]
+    lock = threading.Lock()
+    publish = [threading.Event(), threading.Event()]
+    errors = []
+
+    def task(v):
+        out = search(v)
+        with lock:
+            done[0] += 1
+            if done[0] == N_SEARCHES // 4:
+                publish[0].set()
+            if done[0] == N_SEARCHES // 2:
+                publish[1].set()
+        return v, out
+
+    def writer():
+        try:
+            idx = Index.open(world.index_dir)   # another writer, as 'retrieval index' in another process would be
+            publish[0].wait(300)
+            world.add(idx)
+            publish[1].wait(300)
+            world.remove(idx)
+            idx.close()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    with ThreadPoolExecutor(THREADS) as ex:
+        results = list(ex.map(task, plan))
+    w.join()
+    assert not errors, errors
+    return results
+
+
+def check(world, results):
+    seen = {}
+    for v, (gen, got) in results:
+        assert (gen, v) in world.reference, f"generation {gen} was never published"
+        assert got == world.reference[(gen, v)], f"{v} at generation {gen} differs from its single-threaded answer"
+        seen[gen] = seen.get(gen, 0) + 1
+    assert len(seen) >= 2, f"every search read one generation ({seen}): the writer did not publish during the run"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_concurrent_searches_equal_their_generations_single_threaded_answers(tmp_path, pool, preset):
+    if missing_pieces(load_preset(preset)):
+        pytest.skip(f"preset {preset!r} needs pieces this installation lacks: {missing_pieces(load_preset(preset))}")
+    world = World(tmp_path, preset, pool)
+
+    # 1. Index.search from a thread pool: one Index shared by every thread
+    idx = Index.open(world.index_dir)
+
+    def by_index(v):
+        res = idx.search_results(v[1], bbox=v[2], k=K, rerank=v[3])
+        return res.generation, answer(res.hits)
+
+    check(world, run_concurrently(world, by_index))
+    assert idx.catalog.generation() == world.g0 + 2
+    idx.close()
+
+    # 2. the server's code path: the service's search pool, as POST /api/search runs it
+    from retrieval.web.service import Service
+
+    world.fresh()
+    svc = Service(world.index_dir, workers=THREADS)
+    try:
+        def by_server(v):
+            kind, q, box, rerank = v
+            args = {"image_id": q} if kind == "id" else {"image_path": q}
+            body = svc.pool.submit(svc.search, box=box, k=K, rerank=rerank, **args).result()
+            return body["generation"], answer(body["hits"])
+
+        check(world, run_concurrently(world, by_server))
+    finally:
+        svc.close()
