@@ -92,6 +92,7 @@ class Index:
         self._catalogs = [catalog]
         self._lock = threading.Lock()
         self._extractor = None
+        self._store = None
         self._search_client = None   # a dask.distributed Client searching a sharded index (use_cluster)
         self.verify_threads = int(verify_threads or default_verify_threads(preset["kind"]))
         self.searchers = Searchers(self._load_searcher, int(float(verification_cache_mb) * (1 << 20)))
@@ -209,8 +210,14 @@ class Index:
 
     @property
     def store(self) -> FeatureStore:
-        folder = self.catalog.get_meta("feature_store") or (self.path / "features")
-        return FeatureStore(folder)
+        """The feature store (its folder is fixed when the index is created)."""
+        with self._lock:
+            store = self._store
+        if store is None:
+            store = FeatureStore(self.catalog.get_meta("feature_store") or (self.path / "features"))
+            with self._lock:
+                self._store = store
+        return store
 
     def writer_lock(self):
         """The index's writer lock (:meth:`IndexFolder.writer_lock`), held by every sync, remove and repair."""
@@ -309,7 +316,7 @@ class Index:
     def _load_searcher(self, gen: int, newest: Searcher | None) -> Searcher:
         gen, rows = self.catalog.snapshot()   # the rows of the generation committed now (>= gen)
         backend = self.folder.load_backend(gen, fallback=True)
-        if self._search_client is not None and hasattr(backend, "use_remote"):
+        if self._search_client is not None:
             backend.use_remote(self._search_client)   # a sharded index searched on a cluster's workers
         signature = self.folder.model_signature()
         return Searcher(generation=gen, backend=backend, rows={r["id"]: r for r in rows}, store=self.store,

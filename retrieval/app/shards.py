@@ -30,6 +30,7 @@ from retrieval.engine.backend import (
     write_npy,
     write_state_header,
 )
+from retrieval.engine.first_stages import VectorStage
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit, similarity_from_ip
 from retrieval.engine.pipeline import make_backend
@@ -63,20 +64,21 @@ def check_shards(preset: dict, n_shards) -> int:
 
 
 def make_index_backend(preset: dict, n_shards: int = 1):
-    """The backend of an index: :func:`make_backend`, or a :class:`ShardedBackend` when ``n_shards`` > 1."""
+    """The backend of an index: :func:`make_backend`, or a :class:`GlobalBackend` whose first stage is a
+    :class:`ShardedStage` when ``n_shards`` > 1."""
     if n_shards > 1:
-        return ShardedBackend(preset, n_shards)
+        return GlobalBackend(preset, stage=lambda p, effective: ShardedStage(p, effective, n_shards))
     return make_backend(preset)
 
 
-def load_shard(preset: dict, folder) -> GlobalBackend:
-    """One shard's state (no model: only ``first_stage`` data is used)."""
-    shard = GlobalBackend(preset)
+def load_shard(preset: dict, folder) -> VectorStage:
+    """One shard's state (no model: only first-stage data is used)."""
+    shard = VectorStage(preset, {})
     shard.load_state(Path(folder))
     return shard
 
 
-def shard_top(shard: GlobalBackend, q: np.ndarray, k: int, short: int) -> tuple:
+def shard_top(shard: VectorStage, q: np.ndarray, k: int, short: int) -> tuple:
     """One shard's candidates for the query vector ``q``: ``(ids, ip, adc)`` -- without IVFADC the top ``k`` ids by
     (inner product descending, id) and ``adc`` None; with IVFADC its ``short`` best ids by ADC distance, their
     distances ``adc`` and exact inner products ``ip`` (the client keeps the global best ``short``)."""
@@ -114,25 +116,25 @@ def merge_tops(tops, k: int, short: int) -> list[Hit]:
     return [Hit(int(i), float(s), similarity=float(s)) for i, s in zip(ids[order], sims, strict=True)]
 
 
-class ShardedBackend(GlobalBackend):
-    """The ``global`` backend whose searchable state is split into ``n_shards`` shards (module docstring).
+class ShardedStage(VectorStage):
+    """The first stage of a ``global`` preset whose searchable state is split into ``n_shards`` shards (module
+    docstring).
 
-    The model (training, encoding, spatial re-ranking, query expansion) is the ``global`` backend's. Adding and
-    removing work on the whole collection's ids and vectors, assembled from the shards when a writer first needs
-    them; searching reads only the shards, in this process or on a cluster (:meth:`use_remote`).
+    Adding and removing work on the whole collection's ids and vectors, assembled from the shards when a writer
+    first needs them; searching reads only the shards, in this process or on a cluster (:meth:`use_remote`).
     """
 
-    def __init__(self, preset: dict, n_shards: int):
-        super().__init__(preset)
+    def __init__(self, preset: dict, effective: dict, n_shards: int):
+        super().__init__(preset, effective)
         self.n_shards = int(n_shards)
-        self.shards: list[GlobalBackend] = []
+        self.shards: list[VectorStage] = []
         self.folders: list[Path] = []
         self.remote = None
         self._assembled = True
 
     # ------------------------------------------------------------------ state
     def _assemble(self) -> None:
-        """Whole-collection ``_ids`` / ``_vectors`` from the loaded shards, by id (a writer's view)."""
+        """Whole-collection ids / vectors from the loaded shards, by id (a writer's view)."""
         if self._assembled:
             return
         ids = np.concatenate([s.ids for s in self.shards]) if self.shards else np.empty(0, np.int64)
@@ -150,9 +152,9 @@ class ShardedBackend(GlobalBackend):
             return np.sort(np.concatenate([s.ids for s in self.shards]))
         return self._ids
 
-    def add(self, ids, features, progress=None) -> None:
+    def add(self, ids, chunks) -> None:
         self._assemble()
-        super().add(ids, features, progress=progress)
+        super().add(ids, chunks)
 
     def add_vectors(self, ids, vectors) -> None:
         self._assemble()
@@ -162,12 +164,13 @@ class ShardedBackend(GlobalBackend):
         self._assemble()
         super().remove(ids)
 
-    def save_state(self, folder: Path) -> None:
+    def save_state(self, folder: Path, dim) -> None:
         self._assemble()
         folder = Path(folder)
-        vectors = np.zeros((0, self.dim), np.float32) if self._vectors is None else np.asarray(self._vectors)
+        vectors = np.zeros((0, dim()), np.float32) if self._vectors is None else np.asarray(self._vectors)
         ix = self.config.index
-        ivf = self._build_ivfadc(vectors) if ix.type == "ivfadc" and len(self._ids) >= ix.min_images else None
+        ivf = self.build_ivfadc(vectors, self._ids) if ix.type == "ivfadc" and len(self._ids) >= ix.min_images \
+            else None
         which = shard_of(self._ids, self.n_shards)
         for s in range(self.n_shards):
             rows = np.flatnonzero(which == s)
@@ -206,22 +209,23 @@ class ShardedBackend(GlobalBackend):
         self._assembled = False
 
     # ------------------------------------------------------------------ search
-    def use_remote(self, client) -> None:
+    def use_remote(self, client) -> bool:
         """Search on the workers of a Dask ``client``: each shard is loaded and held by a worker."""
         from retrieval.app.cluster import RemoteShards
 
         self._close_remote()
         if self.folders:
             self.remote = RemoteShards(client, self.preset, self.folders, load_shard, shard_top)
+        return True
 
     def _close_remote(self) -> None:
         if self.remote is not None:
             self.remote.close()
             self.remote = None
 
-    def first_stage(self, q: np.ndarray, k: int) -> list[Hit]:
+    def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         if self._assembled:   # a writer's in-memory state (not saved yet): the unsharded first stage
-            return super().first_stage(q, k)
+            return super().search(q, k)
         short = max(k, self.config.index.shortlist)
         if self.remote is not None:
             tops = self._remote_top(q, k, short)
@@ -250,11 +254,11 @@ class ShardedBackend(GlobalBackend):
                     continue
         raise AssertionError("unreachable")
 
-    def _vectors_of(self, ids, get_features) -> np.ndarray:
+    def vectors_of(self, ids) -> np.ndarray | None:
         if self._assembled:
-            return super()._vectors_of(ids, get_features)
+            return super().vectors_of(ids)
         which = shard_of(ids, self.n_shards)
-        out = np.empty((len(ids), self.dim), np.float32)
+        out = np.empty((len(ids), self.shards[0].vectors.shape[1] if self.shards else 0), np.float32)
         for j, (i, s) in enumerate(zip(ids, which, strict=True)):
             shard = self.shards[int(s)]
             out[j] = shard.vectors[int(np.flatnonzero(shard.ids == int(i))[0])]

@@ -88,7 +88,7 @@ class Backend:
     kind = "abstract"
     encodes_vectors = False
     shardable = False
-    """True when :class:`retrieval.app.shards.ShardedBackend` can split the searchable state (``global`` presets
+    """True when :class:`retrieval.app.shards.ShardedStage` can split the searchable state (``global`` presets
     with ``index.type`` flat or ivfadc)."""
     """True when the searchable state is the global vectors of :meth:`encode` (``add_vectors`` takes vectors
     encoded elsewhere, e.g. by a cluster's workers)."""
@@ -129,6 +129,10 @@ class Backend:
     @property
     def ids(self) -> np.ndarray:
         raise NotImplementedError
+
+    def use_remote(self, client) -> bool:
+        """Search on the workers of a Dask ``client`` when the backend can (a sharded index); False otherwise."""
+        return False
 
     @property
     def verifier(self) -> Verifier:

@@ -91,21 +91,27 @@ def test_ivfadc_preset_on_14_images_reduces_lists_probes_and_bits(tmp_path, monk
 
 
 def test_reductions_follow_the_rule_on_synthetic_vectors():
-    """The rule itself, on the codes backend with given global vectors: nbits = floor(log2 n), nlist = largest
+    """The rule itself, on the codes stage with given global vectors: nbits = floor(log2 n), nlist = largest
     power of two <= n / 39, M = largest divisor of D <= M; nothing reduced when the data suffice."""
-    from retrieval.engine.codes_backend import CodesBackend
+    from retrieval.engine.code_stages import CodesStage
     from retrieval.engine.presets import load_preset
 
     rng = np.random.default_rng(0)
 
+    class Encoder:   # the global vectors are given
+        def aggregate(self, feats):
+            return V[: len(feats)]
+
     def fit(n, d, **index):
+        nonlocal V
         preset = load_preset("paper-002-ivfadc")
         preset["index"] = dict(preset["index"], **index)
-        b = CodesBackend(preset)
+        b = CodesStage(preset, {})
         V = rng.normal(size=(n, d)).astype(np.float32)
-        b._aggregate = lambda feats: V[: len(feats)]
-        b._fit_index_model(lambda i: i, n, np.random.default_rng(1))
+        b.fit(Encoder(), lambda i: i, n, np.random.default_rng(1))
         return b
+
+    V = None
 
     b = fit(1000, 96, nlist=8192, nprobe=64, M=16, nbits=8)
     assert {k: v["used"] for k, v in b.effective.items()} == {"index.nlist": 16, "index.nprobe": 16}

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from retrieval.engine.backend import write_npy
-from retrieval.engine.codes_backend import CodesBackend
+from retrieval.engine.code_stages import BinaryStage, CodesStage
+from retrieval.engine.first_stages import VectorStage
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit
 from retrieval.engine.pipeline import make_backend
@@ -24,9 +25,9 @@ def backend_with(vectors, ids, search=None, **index):
     preset["index"] = dict(preset["index"], **index)
     preset["search"] = dict(preset["search"], **(search or {}))
     b = GlobalBackend(preset)
-    b._ids = np.asarray(ids, np.int64)
-    b._vectors = np.asarray(vectors, np.float32)
-    b.projection = None
+    b.stage._ids = np.asarray(ids, np.int64)          # the first stage's state, set as a generation would hold it
+    b.stage._vectors = np.asarray(vectors, np.float32)
+    b.encoder.projection = None
     return b
 
 
@@ -55,13 +56,13 @@ def data():
 def test_ivfadc_with_all_lists_and_full_shortlist_equals_exhaustive(tmp_path, data):
     V, ids, Q = data
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
-    b.local_pca = type("P", (), {"n_components": 4})()  # only .dim is read when saving
+    b.encoder.local_pca = type("P", (), {"n_components": 4})()  # only .dim is read when saving
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
     b.save_state(tmp_path)
     assert (tmp_path / "ivfadc").is_dir()
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
     c.load_state(tmp_path)
-    assert c.ivf is not None and np.array_equal(c.ids, ids)
+    assert c.stage.ivf is not None and np.array_equal(c.ids, ids)
     for q in Q:
         got = [h.id for h in c.first_stage(q, 10)]
         assert got == exact_top(V, ids, q, 10)
@@ -70,7 +71,7 @@ def test_ivfadc_with_all_lists_and_full_shortlist_equals_exhaustive(tmp_path, da
 def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
     V, ids, Q = data
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
-    b.local_pca = type("P", (), {"n_components": 4})()
+    b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
     b.save_state(tmp_path)
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
@@ -92,7 +93,7 @@ def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
 def test_below_min_images_is_exhaustive_and_remove_drops_ids(tmp_path, data):
     V, ids, Q = data
     b = backend_with(V[:300], ids[:300], min_images=1000)
-    b.local_pca = type("P", (), {"n_components": 4})()
+    b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
     b.remove(ids[:10])
     b.save_state(tmp_path)
@@ -122,16 +123,16 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
     preset = load_preset("default")
     preset["index"] = {"type": "adc", "M": 8, "nbits": 6}
     b = make_backend(preset)
-    assert isinstance(b, CodesBackend)
-    b.pq = ProductQuantizer(M=8, nbits=6, random_state=0).fit(V)
-    b._ids = ids.copy()
-    b._codes = b.pq.encode(V)
+    assert isinstance(b.stage, CodesStage)
+    pq = b.stage.pq = ProductQuantizer(M=8, nbits=6, random_state=0).fit(V)
+    b.stage._ids = ids.copy()
+    b.stage._codes = pq.encode(V)
     b.remove(ids[:5])
     b.save_state(tmp_path)
     c = make_backend(preset)
-    c.pq = b.pq
+    c.stage.pq = pq
     c.load_state(tmp_path)
-    decoded = b.pq.decode(np.asarray(c._codes))
+    decoded = pq.decode(np.asarray(c.stage._codes))
     for q in Q[:5]:
         d = ((decoded - q) ** 2).sum(axis=1)
         order = np.lexsort((c.ids, d))[:10]
@@ -151,14 +152,14 @@ def test_distinct_inliers_and_degenerate_transforms():
     assert not plausible_transform(np.array([[20.0, 0, 0], [0, 20.0, 0]]))
 
 
-def test_make_backend_picks_one_class_per_kind_and_index_type():
-    from retrieval.engine.binary_backend import BinaryBackend
+def test_make_backend_composes_one_first_stage_per_index_type():
     from retrieval.engine.object_backend import ObjectBackend
 
-    assert type(make_backend(load_preset("default"))) is GlobalBackend
-    assert type(make_backend(load_preset("paper-002-fisher64-adc16x8"))) is CodesBackend
-    assert type(make_backend(load_preset("paper-002-ivfadc"))) is CodesBackend
-    assert type(make_backend(load_preset("compact"))) is BinaryBackend
+    for name, stage, kind in (("default", VectorStage, "global"), ("paper-002-fisher64-adc16x8", CodesStage, "global"),
+                              ("paper-002-ivfadc", CodesStage, "global"), ("compact", BinaryStage, "binary")):
+        b = make_backend(load_preset(name))
+        assert type(b) is GlobalBackend and type(b.stage) is stage and b.kind == kind, name
+        assert b.encodes_vectors == (stage is VectorStage) and b.shardable == (stage is VectorStage)
     assert type(make_backend(load_preset("object"))) is ObjectBackend
 
 
@@ -231,10 +232,15 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
 
 
 def test_average_query_expansion_against_a_numpy_oracle(data):
-    """GlobalBackend._expanded: the query plus the vectors of the best verified hits (the query's own image
+    """average_query_expansion: the query plus the vectors of the best verified hits (the query's own image
     skipped), normalised, searched again; first-round verification outcomes are kept, new shortlist entries are
     verified, and the list follows the one ordering key."""
     from retrieval.engine.hits import finish_ranking
+    from retrieval.engine.query_expansion import average_query_expansion
+
+    def expand(q, hits, checked, n_qe, depth, verify):
+        return average_query_expansion(q, hits, checked, n_qe, first_stage=b.first_stage, verify=verify,
+                                       vectors_of=lambda ids: b.vectors_of(ids, None), depth=depth, shortlist=50)
 
     V, ids, _ = data
     b = backend_with(V[:200], ids[:200], search={"shortlist": 50})
@@ -255,7 +261,7 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     hits = finish_ranking(first, reranked=True)
     assert [h.id for h in hits[:4]] == [int(ids[0]), first[5].id, first[9].id, first[30].id]
     asked.clear()
-    out = b._expanded(q, hits, {h.id: h for h in checked}, 2, 60, verify, None, {}, 50)
+    out = expand(q, hits, {h.id: h for h in checked}, 2, 60, verify)
     row = {int(i): r for r, i in enumerate(ids[:200])}
     q2 = q + V[row[first[5].id]] + V[row[first[9].id]]  # ids[0] is the query itself: skipped
     q2 /= np.linalg.norm(q2)
@@ -272,7 +278,7 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     only_self = finish_ranking(b.first_stage(q, 60), reranked=False)
     only_self[0].verified, only_self[0].inliers = True, 50
     only_self = finish_ranking(only_self, reranked=True)
-    assert b._expanded(q, only_self, {}, 3, 60, verify, None, {}, 50) is only_self
+    assert expand(q, only_self, {}, 3, 60, verify) is only_self
 
 
 def test_shortlist_override_verifies_only_the_first_results(data, monkeypatch):

@@ -1,55 +1,45 @@
-"""The codes-only ``global`` backends (``index.type`` ``adc`` / ``ivfadc_adc``): global vectors kept only as PQ
-codes and ranked by their asymmetric distances (Jegou et al. 2012)."""
+"""The first stages that keep only codes (:mod:`retrieval.engine.first_stages`): PQ codes ranked by ADC
+(:class:`CodesStage`, Jegou et al. 2012) and binary codes (:class:`BinaryStage`, Gordo et al. 2014)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 
-from retrieval.codes import ProductQuantizer
-from retrieval.codes.scan import lut_scan_topk
 from retrieval.core.persistence import load_estimator
-from retrieval.engine.backend import (
-    append_rows,
-    read_npy,
-    write_npy,
-    write_state_header,
-)
-from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.hits import Hit, similarity_from_sq_distance
+from retrieval.engine.backend import append_rows, read_npy, write_npy, write_state_header
+from retrieval.engine.config import BINARY_DISTANCES
+from retrieval.engine.first_stages import FirstStage
+from retrieval.engine.hits import Hit, similarity_from_hamming, similarity_from_sq_distance
 from retrieval.engine.presets import record_reduction
-from retrieval.search import IVFADC
 
-logger = logging.getLogger(__name__)
+__all__ = ["BinaryStage", "CodesStage"]
 
 
-class CodesBackend(GlobalBackend):
+class CodesStage(FirstStage):
     """Global vectors stored only as PQ codes and ranked by the codes' own asymmetric distances.
 
     ``index.type == "adc"``: a :class:`retrieval.codes.ProductQuantizer` (``M`` x ``nbits``) trained with the
     model; exhaustive ADC ranking (Jegou et al. 2012, eq. 21-23) through :func:`retrieval.codes.scan.lut_scan_topk`.
     State: ``ids.npy`` (n,) int64, ``codes.npy`` (n, M) uint8/uint16.
     ``index.type == "ivfadc_adc"``: a :class:`retrieval.search.IVFADC` trained with the model, updated in
-    place by add/remove, ranked by its ADC distances (Jegou et al. 2012, sec. VI-C). State: ``ids.npy`` and ``ivfadc/``.
-    ``score`` = minus the (squared Euclidean) ADC distance. With fewer training images than ``2**nbits`` (or
-    39 x ``nlist``) the parameters are reduced with a warning (:meth:`_fit_index_model`).
+    place by add/remove, ranked by its ADC distances (Jegou et al. 2012, sec. VI-C). State: ``ids.npy`` and
+    ``ivfadc/``. With fewer training images than ``2**nbits`` (or 39 x ``nlist``) the parameters are reduced with
+    a warning (:meth:`fit`).
     """
 
-    encodes_vectors = False
-    shardable = False
-
-    def __init__(self, preset: dict):
-        super().__init__(preset)
+    def __init__(self, preset: dict, effective: dict):
+        super().__init__(preset, effective)
         self.pq = None
+        self.ivf = None
         self._codes = None
 
     @property
     def itype(self) -> str:
         return self.config.index.type
 
-    def _fit_index_model(self, features_of, n_images, rng) -> None:
+    def fit(self, encoder, features_of, n_images: int, rng) -> None:
         """Train the PQ (``adc``) or the IVFADC (``ivfadc_adc``) on the training images' global vectors.
 
         Small-collection rule (:func:`retrieval.engine.presets.record_reduction`): with ``n`` training vectors,
@@ -58,12 +48,15 @@ class CodesBackend(GlobalBackend):
         coarse centroid; at least 1), ``nprobe`` to ``nlist``, and ``M`` to the largest divisor of the vector
         dimension ``<= M``. Each reduction is one warning and is recorded in ``effective``.
         """
+        from retrieval.codes import ProductQuantizer
+        from retrieval.search import IVFADC
+
         ix = self.config.index
         name = self.preset["name"]
         if n_images < 2:
             raise ValueError(f"preset {name!r}: its {self.itype} index needs at least 2 training images; "
                              f"got {n_images}.")
-        V = self._aggregate([features_of(i) for i in range(n_images)])
+        V = encoder.aggregate([features_of(i) for i in range(n_images)])
         n, d = V.shape
         M, nbits = ix.M, ix.nbits
         if d % M:
@@ -94,35 +87,34 @@ class CodesBackend(GlobalBackend):
             nprobe = nlist
         self.ivf = IVFADC(nlist=nlist, M=M, nbits=nbits, nprobe=nprobe, random_state=seed).fit(V)
 
-    def save_model(self, folder: Path) -> dict:
-        info = super().save_model(folder)
+    def save_model(self, folder: Path, info: dict) -> None:
         if self.itype == "adc":
             self.pq.save(Path(folder) / "pq.npz")
             info["files"].append("pq.npz")
         else:
             self.ivf.save(Path(folder) / "ivfadc")
             info["files"].append("ivfadc")
-        return info
 
     def load_model(self, folder: Path, info: dict) -> None:
-        super().load_model(folder, info)
+        from retrieval.search import IVFADC
+
         if self.itype == "adc":
             self.pq = load_estimator(Path(folder) / "pq.npz")
         else:
             self.ivf = IVFADC.load(Path(folder) / "ivfadc", mmap=False)
 
-    def add(self, ids, features, progress=None) -> None:
+    def add(self, ids, chunks) -> None:
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) == 0:
             return
-        chunks = []
-        for s, V in self._encoded_chunks(features, progress):
+        parts = []
+        for s, V in chunks:
             if self.itype == "adc":
-                chunks.append(self.pq.encode(V))
+                parts.append(self.pq.encode(V))
             else:
-                self.ivf.add(V, ids=ids[s:s + 64])
+                self.ivf.add(V, ids=ids[s:s + len(V)])
         if self.itype == "adc":
-            self._codes = append_rows(self._codes, np.concatenate(chunks, axis=0))
+            self._codes = append_rows(self._codes, np.concatenate(parts, axis=0))
         self._ids = np.concatenate([self._ids, ids])
 
     def remove(self, ids) -> None:
@@ -136,7 +128,7 @@ class CodesBackend(GlobalBackend):
             self.ivf.remove(ids[np.isin(ids, self._ids)])
         self._ids = self._ids[keep]
 
-    def save_state(self, folder: Path) -> None:
+    def save_state(self, folder: Path, dim) -> None:
         folder = Path(folder)
         write_npy(folder / "ids.npy", self._ids)
         if self.itype == "adc":
@@ -147,6 +139,9 @@ class CodesBackend(GlobalBackend):
         write_state_header(folder, self.kind, index_type=self.itype, ntotal=int(len(self._ids)))
 
     def load_state(self, folder) -> None:
+        from retrieval.search import IVFADC
+
+        self._codes = None
         folder = self._load_ids(folder)
         if folder is None:
             return
@@ -155,9 +150,11 @@ class CodesBackend(GlobalBackend):
         else:
             self.ivf = IVFADC.load(folder / "ivfadc", mmap=True)
 
-    def first_stage(self, q, k):
+    def search(self, q, k, **options):
         """Top ``k`` by ADC distance; ``distance`` = the squared ADC distance, ``similarity`` = ``1 - d / 4``
         (:func:`retrieval.engine.hits.similarity_from_sq_distance`)."""
+        from retrieval.codes.scan import lut_scan_topk
+
         n = len(self._ids)
         if n == 0:
             return []
@@ -171,3 +168,87 @@ class CodesBackend(GlobalBackend):
             pairs = [(float(d), int(i)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
         sims = similarity_from_sq_distance([d for d, _ in pairs])
         return [Hit(i, float(s), similarity=float(s), distance=d) for (d, i), s in zip(pairs, sims, strict=True)]
+
+
+class BinaryStage(FirstStage):
+    """The global vector turned into a binary code by an embedding of :mod:`retrieval.codes.binary` (PCAE-ITQ by
+    default), searched through the table look-up scan. State: ``ids.npy`` (n,) int64 and ``codes.npy`` (n,
+    nbits / 8) uint8."""
+
+    kind = "binary"
+
+    def __init__(self, preset: dict, effective: dict):
+        super().__init__(preset, effective)
+        self.embedding = None
+        self._codes = None
+
+    def fit(self, encoder, features_of, n_images: int, rng) -> None:
+        from retrieval.codes import binary
+
+        cfg = self.config
+        V = encoder.aggregate([features_of(i) for i in range(n_images)])
+        bits = cfg.index.bits
+        cap = min(V.shape[1], n_images - 1)
+        if bits > cap:
+            used = max(8, (cap // 8) * 8)
+            record_reduction(self.effective, self.preset["name"], "index.bits", bits, used,
+                             f"{n_images} training vectors of dimension {V.shape[1]} support at most {cap} "
+                             f"projected directions (rounded down to whole bytes)")
+            bits = used
+        cls = getattr(binary, cfg.index.embedding)
+        self.embedding = cls(nbits=bits, random_state=cfg.training.random_state).fit(V)
+
+    def save_model(self, folder: Path, info: dict) -> None:
+        self.embedding.reset()
+        self.embedding.save(Path(folder) / "embedding.npz")
+        info["files"].append("embedding.npz")
+        info["bits"] = int(self.embedding.nbits)
+
+    def load_model(self, folder: Path, info: dict) -> None:
+        self.embedding = load_estimator(Path(folder) / "embedding.npz")
+
+    def add(self, ids, chunks) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        C = np.concatenate([self.embedding.encode(V) for _, V in chunks], axis=0)
+        self._codes = append_rows(self._codes, C)
+        self._ids = np.concatenate([self._ids, ids])
+
+    def remove(self, ids) -> None:
+        keep = self._kept_rows(ids)
+        if keep is None:
+            return
+        self._ids = self._ids[keep]
+        self._codes = np.asarray(self._codes)[keep]
+
+    def save_state(self, folder: Path, dim) -> None:
+        folder = Path(folder)
+        codes = np.zeros((0, self.embedding.nbytes), np.uint8) if self._codes is None else np.asarray(self._codes)
+        write_npy(folder / "ids.npy", self._ids)
+        write_npy(folder / "codes.npy", codes)
+        write_state_header(folder, self.kind, ntotal=int(len(self._ids)), nbits=int(self.embedding.nbits))
+
+    def load_state(self, folder) -> None:
+        self._codes = None
+        folder = self._load_ids(folder)
+        if folder is not None:
+            self._codes = read_npy(folder / "codes.npy", mmap=True)
+
+    def check_method(self, method: str) -> dict:
+        if method not in BINARY_DISTANCES:
+            raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
+                             f"{self.preset['name']!r}; got {method!r}.")
+        return {"distance": method}
+
+    def search(self, q, k, distance="expectation"):
+        n = len(self._ids)
+        if n == 0:
+            return []
+        D, rows = self.embedding.search_codes(q[None, :], self._codes, min(k, n), distance=distance)
+        keep = rows[0] >= 0
+        d, rows = np.asarray(D[0], np.float64)[keep], rows[0][keep]
+        sims = (similarity_from_hamming(d, self.embedding.nbits) if distance == "hamming"
+                else similarity_from_sq_distance(d))
+        return [Hit(int(self._ids[r]), float(s), similarity=float(s), distance=float(x))
+                for x, r, s in zip(d, rows, sims, strict=True)]
