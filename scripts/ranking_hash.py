@@ -6,9 +6,14 @@ seeds of the presets), then every indexed image is searched: whole image with th
 ``rerank=none``, and a box query (the central half of the image). The hits' ids, verified flags, inliers, rounded
 scores and boxes are written to ``OUT/<preset>.json`` and hashed; the last line prints one hash per preset.
 
+With ``--peers``, the collections and queries of ``retrieval bench peers`` instead: Holidays-805 and UKBench-400
+(``../shared/data/real``), each indexed alone, every group's first image searched (k = 100), features kept in
+``--feature-store`` so that a second run extracts nothing.
+
 Uses the public Python API only (``Index.create``, ``sync``, ``search``), so the same script measures any version:
 
     python scripts/ranking_hash.py --out /tmp/rankings [--presets default,compact]
+    python scripts/ranking_hash.py --out /tmp/peers --peers --presets accurate,default --feature-store /tmp/feats
 """
 
 from __future__ import annotations
@@ -67,13 +72,37 @@ def run(preset: str, paths: list[str], out: Path, k: int) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def run_peers(preset: str, out: Path, store, k: int = 100) -> str:
+    from retrieval.app.index import Index
+
+    data = ROOT.parent / "shared" / "data" / "real"
+    record = {}
+    for name in ("holidays805", "ukbench400"):
+        spec = json.loads((data / f"{name}.json").read_text())
+        images = [str(data / rel) for g in spec["groups"] for rel in g["images"]]
+        images += [str(data / rel) for rel in spec.get("distractors", [])]
+        idx = Index.create(out / f"peers-{name}-{preset}", preset, feature_store=store, exist_ok=True)
+        idx.sync(sorted(set(images)), progress=False)
+        for g in spec["groups"]:
+            record[f"{name}/{g['images'][0]}"] = hits_record(idx.search(str(data / g["images"][0]), k=k))
+        idx.close()
+    text = json.dumps(record, sort_keys=True)
+    (out / f"peers-{preset}.json").write_text(text)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--presets", default="default,compact,accurate,object")
     ap.add_argument("-k", type=int, default=20)
+    ap.add_argument("--peers", action="store_true", help="the collections and queries of 'retrieval bench peers'")
+    ap.add_argument("--feature-store", type=Path, default=None)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.peers:
+        print(json.dumps({p: run_peers(p, a.out, a.feature_store) for p in a.presets.split(",")}))
+        return 0
     paths = collection(a.out)
     print(f"{len(paths)} images", file=sys.stderr)
     hashes = {p: run(p, paths, a.out, a.k) for p in a.presets.split(",")}
