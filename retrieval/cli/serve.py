@@ -158,3 +158,6 @@ def _print_bench(res: dict) -> None:
                f"{res['latency_during_sync_ms']['p50']:.1f} ms); {res['searches_per_s']:.1f} searches/s")
     click.echo(f"  search time in the server (queueing excluded) p50 {srv['p50']:.1f} ms, p95 {srv['p95']:.1f} ms "
                f"(re-ranking: {res['rerank']})")
+    g = res["guard_overhead"]
+    click.echo(f"  the request guard adds {g['get_page']['added_us']:.0f} us to a page, "
+               f"{g['post_same_origin']['added_us']:.0f} us to a same-origin write")
