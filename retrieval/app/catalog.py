@@ -168,6 +168,9 @@ class Catalog:
         return dict(rows[0]) if rows else None
 
     def row_by_id(self, image_id: int) -> dict | None:
+        """The row of ``image_id`` (None when there is none, ids outside SQLite's int64 included)."""
+        if not -(1 << 63) <= int(image_id) < (1 << 63):
+            return None
         rows = list(self.db.query("SELECT * FROM images WHERE id = ?", [int(image_id)]))
         return dict(rows[0]) if rows else None
 

@@ -77,7 +77,7 @@ def query_features(image, *, catalog, store, extractor, index_path) -> tuple[Loc
     if isinstance(image, (int, np.integer)) or (isinstance(image, str) and image.isdigit()
                                                  and not os.path.exists(image)):
         image_id = int(image)
-        row = catalog.row_by_id(image_id) if -(1 << 63) <= image_id < (1 << 63) else None
+        row = catalog.row_by_id(image_id)
         if row is None:
             raise ValueError(f"no image with id {image} in the index {index_path}.")
     else:

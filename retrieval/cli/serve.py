@@ -52,6 +52,10 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--token", envvar="RETRIEVAL_TOKEN", default=None, metavar="TOKEN",
               help="Every request must carry this token (Authorization: Bearer TOKEN, or ?token=TOKEN for a browser, "
                    "which then keeps it in a cookie) [default: $RETRIEVAL_TOKEN]; required off loopback.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Another name the server answers to (the Host of its URL: a reverse proxy's name, the machine's "
+                   "name); repeatable. Requests naming any other host are refused (421) [default: the loopback "
+                   "names, or the bound address].")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="Search threads [default: the number of cores].")
 @click.option("--max-upload-mb", type=click.FloatRange(0, None, min_open=True), default=20.0, show_default=True,
@@ -59,10 +63,14 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
               help="Uploaded images with more pixels are refused (413) [default: the preset's "
                    "features.max_megapixels, 150].")
+@click.option("--max-decode-mb", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MB",
+              help="Memory that decoding images may take at once; an image needing more than half of it is refused "
+                   "(413), the others wait for room [default: a quarter of the machine's memory, 512 to 4096].")
 @cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
                 "$RETRIEVAL_DASK_SCHEDULER]; they read the index folder at the same path.")
 @click.pass_context
-def serve_cmd(ctx, index_dir, host, port, token, threads, max_upload_mb, max_megapixels, cluster):
+def serve_cmd(ctx, index_dir, host, port, token, allow_hosts, threads, max_upload_mb, max_megapixels, max_decode_mb,
+              cluster):
     """Serve the index: a web page (browse the photos, draw a box, see the verified results and their matches)
     and a JSON API (OpenAPI page at /docs).
 
@@ -84,12 +92,14 @@ def serve_cmd(ctx, index_dir, host, port, token, threads, max_upload_mb, max_meg
     from retrieval.web.service import Service
 
     svc = Service(index_dir, workers=threads, max_upload_bytes=int(max_upload_mb * 1e6),
-                  max_megapixels=max_megapixels, cluster=client, verification_cache_mb=verification_cache_mb())
-    app = create_app(svc, token=token)
+                  max_megapixels=max_megapixels, cluster=client, max_decode_mb=max_decode_mb,
+                  verification_cache_mb=verification_cache_mb())
+    app = create_app(svc, token=token, host=host, allow_hosts=allow_hosts)
     sock = bind(host, port)
     actual = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
-    click.echo(f"serving {svc.path} on http://{shown}:{actual}/ ({svc.workers} search threads"
+    click.echo(f"serving {svc.path} on http://{shown}:{actual}/ ({svc.workers} search threads, "
+               f"{svc.budget.max_bytes >> 20} MB for decoding images"
                f"{', shards searched on the cluster' if client is not None else ''}"
                f"{', token required' if token else ''}; API docs at /docs); Ctrl-C stops", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30))
@@ -148,3 +158,6 @@ def _print_bench(res: dict) -> None:
                f"{res['latency_during_sync_ms']['p50']:.1f} ms); {res['searches_per_s']:.1f} searches/s")
     click.echo(f"  search time in the server (queueing excluded) p50 {srv['p50']:.1f} ms, p95 {srv['p95']:.1f} ms "
                f"(re-ranking: {res['rerank']})")
+    g = res["guard_overhead"]
+    click.echo(f"  the request guard adds {g['get_page']['added_us']:.0f} us to a page, "
+               f"{g['post_same_origin']['added_us']:.0f} us to a same-origin write")

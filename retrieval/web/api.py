@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from retrieval.features import parse_box
 from retrieval.web.service import MAX_K, Service
-from retrieval.web.uploads import ApiError, check_image, discard, receive
+from retrieval.web.uploads import INCOMING, ApiError, discard, receive
 
 router = APIRouter(prefix="/api", tags=["api"])
 
@@ -38,14 +38,20 @@ def parse_box_field(box: str | None):
 
 
 async def checked_upload(svc: Service, upload: UploadFile, folder):
-    """Receive and decode an upload (ApiError 413 / 415 / 400); returns the checked image in a temporary file."""
-    tmp = await receive(upload, folder, svc.max_upload_bytes)
+    """Receive and decode an upload (ApiError 413 / 415 / 400); returns the checked image in a temporary file (in
+    ``svc.in_flight`` until the caller calls :func:`done_with`)."""
+    tmp = await receive(upload, folder, svc.max_upload_bytes, svc.in_flight)
     try:
-        return await run(svc.pool, check_image, tmp, upload.filename or "upload",
-                         max_megapixels=svc.max_megapixels, min_side=svc.min_side)
+        return await run(svc.pool, svc.check_upload, tmp, upload.filename or "upload")
     except BaseException:
-        discard(tmp)
+        done_with(svc, tmp)
         raise
+
+
+def done_with(svc: Service, path) -> None:
+    """Remove a received upload's temporary file (when it is still there) and forget it."""
+    discard(path)
+    svc.in_flight.discard(str(path))
 
 
 @router.post("/search", summary="Search by an uploaded image or an indexed image's id, optionally in a box")
@@ -69,7 +75,7 @@ async def search(request: Request,
         return await run(svc.pool, svc.search, image_path=checked.path, box=bbox, k=k,
                          rerank=rerank)
     finally:
-        discard(checked.path)
+        done_with(svc, checked.path)
 
 
 @router.get("/images", summary="A page of the indexed images")
@@ -100,11 +106,11 @@ async def add_image(request: Request, image: Annotated[UploadFile, File(descript
     searches keep reading the previous one meanwhile). 201 with the new record, or 200 when the same content is
     already indexed; 409 while another `retrieval index` is writing."""
     svc = service_of(request)
-    checked = await checked_upload(svc, image, svc.uploads / ".incoming")
+    checked = await checked_upload(svc, image, svc.uploads / INCOMING)
     try:
         record, added = await run(svc.writer, svc.add, checked, image.filename or "upload")
     finally:
-        discard(checked.path)
+        done_with(svc, checked.path)
     return JSONResponse({"image": record, "added": added}, status_code=201 if added else 200)
 
 
@@ -138,4 +144,4 @@ async def match(request: Request,
     try:
         return await run(svc.pool, svc.match, a_path=checked.path, b_id=b_id, box=bbox)
     finally:
-        discard(checked.path)
+        done_with(svc, checked.path)

@@ -1,35 +1,39 @@
 """The ASGI app of ``retrieval serve``: :func:`create_app` (FastAPI; the OpenAPI page is ``/docs``).
 
-Token: when the server has one, every request (pages, API, static files, ``/docs``) must carry it, as
-``Authorization: Bearer TOKEN``, as ``?token=TOKEN`` in the URL, or as the ``retrieval_token`` cookie that a page
-opened with ``?token=`` sets (HttpOnly, SameSite=Strict), so a browser needs the token in the first URL only. It is
-compared with :func:`hmac.compare_digest`. A request without it gets 401.
+Every request first goes through :class:`retrieval.web.guard.Guard` (the ``Host`` allow-list, the token,
+cross-site writes, the body size as it arrives, the security headers). Token: when the server has one, every request
+(pages, API, static files, ``/docs``) must carry it, as ``Authorization: Bearer TOKEN``, as ``?token=TOKEN`` in the
+URL, or as the ``retrieval_token`` cookie that a page opened with ``?token=`` sets (HttpOnly, SameSite=Strict), so
+a browser needs the token in the first URL only. It is compared with :func:`hmac.compare_digest`.
 
-Errors are ``{"error": "one line"}`` with the status code (400 bad input, 401 token, 404 unknown id, 413 too large,
-415 not an image, 409 conflict with the index's state, 503 index being built); never a traceback (an unexpected error
-is logged by the server and answered 500 with its type).
+Errors are ``{"error": "one line"}`` with the status code (400 bad input, 401 token, 403 cross-site write, 404
+unknown id, 413 too large, 415 not an image, 409 conflict with the index's state, 421 foreign Host, 503 index being
+built, 507 no space left); never a traceback (an unexpected error is logged by the server and answered 500 with
+its type).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
+import errno
 import logging
+import sqlite3
 from importlib import resources
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval._version import __version__
+from retrieval.web.guard import Guard, HostPolicy
 from retrieval.web.service import Service
 from retrieval.web.uploads import ApiError
 
 logger = logging.getLogger(__name__)
 
-TOKEN_COOKIE = "retrieval_token"
-STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "docs.js": "text/javascript; charset=utf-8",
+                "style.css": "text/css; charset=utf-8"}
 """The only static files served (by name from this fixed list, never by a path from the request)."""
 SWAGGER_FILES = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
                  "favicon.png": "image/png"}
@@ -40,8 +44,7 @@ DOCS_PAGE = """<!DOCTYPE html>
 <link rel="stylesheet" href="/static/swagger/swagger-ui.css"><link rel="icon" href="/static/swagger/favicon.png">
 </head><body><div id="swagger-ui"></div>
 <script src="/static/swagger/swagger-ui-bundle.js"></script>
-<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#swagger-ui", deepLinking: true,
-                         presets: [SwaggerUIBundle.presets.apis], layout: "BaseLayout"});</script>
+<script src="/static/docs.js"></script>
 </body></html>
 """
 """The ``/docs`` page: Swagger UI drawing ``/openapi.json`` (the API's generated schema)."""
@@ -52,11 +55,22 @@ def error(status: int, message: str, headers=None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def _given_token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk, a quota or a file-size limit (OSError ENOSPC / EDQUOT /
+    EFBIG, SQLite's "database or disk is full")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+            return True
+        text = str(exc).lower()
+        if "disk is full" in text or "no space left" in text or "file too large" in text:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -68,8 +82,11 @@ def _validation_message(exc: RequestValidationError) -> str:
     return f"{where or 'request'}: {e.get('msg', 'invalid value')}."
 
 
-def create_app(service: Service, *, token: str | None = None, warm_up: bool = True) -> FastAPI:
-    """The app serving ``service``; ``token``: required on every request when set."""
+def create_app(service: Service, *, token: str | None = None, warm_up: bool = True, host: str = "127.0.0.1",
+               allow_hosts=()) -> FastAPI:
+    """The app serving ``service``, guarded by :class:`retrieval.web.guard.Guard`: ``token`` required on every
+    request when set; ``host`` the address the server listens on and ``allow_hosts`` the other names it answers to
+    (the ``Host`` allow-list)."""
     from retrieval.web import api, pages
 
     @contextlib.asynccontextmanager
@@ -84,23 +101,11 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
                               "`{\"error\": \"one line\"}` with a status code. Give the token, when the server has "
                               "one, as `Authorization: Bearer TOKEN`.")
     app.state.service = service
-    expected = token.encode("utf-8") if token else None
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if expected is not None:
-            given = _given_token(request)
-            if not given or not hmac.compare_digest(given.encode("utf-8"), expected):
-                return error(401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (or open the page "
-                                  "with ?token=TOKEN).", headers={"WWW-Authenticate": "Bearer"})
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > service.max_upload_bytes + UPLOAD_OVERHEAD:
-            return error(413, f"request body of {int(length) / 1e6:.1f} MB is larger than the upload limit of "
-                              f"{service.max_upload_bytes / 1e6:g} MB (--max-upload-mb).")
-        response = await call_next(request)
-        if expected is not None and request.query_params.get("token") and not request.cookies.get(TOKEN_COOKIE):
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-        return response
+    app.state.refused_bodies, app.state.refused_writes = [], []   # what the guard refused (read by the tests)
+    app.add_middleware(Guard, hosts=HostPolicy(host, allow_hosts), token=token,
+                       max_body=service.max_upload_bytes + UPLOAD_OVERHEAD, refused_bodies=app.state.refused_bodies,
+                       refused_writes=app.state.refused_writes)
 
     @app.exception_handler(ApiError)
     async def api_error(request, exc: ApiError):
@@ -114,8 +119,23 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
     async def http_error(request, exc: StarletteHTTPException):
         return error(exc.status_code, str(exc.detail))
 
+    def storage_error(request, exc: Exception):
+        if disk_full(exc):
+            logger.error("%s %s: %s", request.method, request.url.path, exc)
+            return error(507, f"no space left on device under {service.path} ({exc}); nothing was changed: free "
+                              f"some space and try again.")
+        logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
+        return error(500, f"storage error under {service.path} ({type(exc).__name__}: {exc}); the server log has "
+                          f"the details.")
+
+    # answered here (not re-raised to the server, which would close the connection before the client reads it)
+    app.add_exception_handler(OSError, storage_error)
+    app.add_exception_handler(sqlite3.Error, storage_error)
+
     @app.exception_handler(Exception)
     async def unexpected(request, exc: Exception):
+        if disk_full(exc):
+            return storage_error(request, exc)
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
         return error(500, f"internal error ({type(exc).__name__}); the server log has the details.")
 

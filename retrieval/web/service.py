@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from threadpoolctl import threadpool_limits
@@ -24,8 +25,19 @@ from threadpoolctl import threadpool_limits
 from retrieval.app.index import Index
 from retrieval.app.matches import match_record
 from retrieval.engine.presets import preset_config
-from retrieval.web.thumbs import SIDES, ThumbnailCache
-from retrieval.web.uploads import UPLOADS, ApiError, CheckedImage, discard, store_upload
+from retrieval.features.image import ImageReadError, decode_cost
+from retrieval.web.budget import DecodeBudget, default_budget_mb
+from retrieval.web.thumbs import SIDES, SourceUnreadable, ThumbnailCache
+from retrieval.web.uploads import (
+    UPLOADS,
+    ApiError,
+    CheckedImage,
+    check_image,
+    clean_incoming,
+    discard,
+    read_error,
+    store_upload,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +64,15 @@ class Service:
         ``features.max_megapixels`` (the CLI's guard)
     cluster : ``distributed.Client`` or None — search a sharded index's shards on the cluster's workers
         (:meth:`Index.use_cluster <retrieval.app.index.Index.use_cluster>`); None: in this process
+    max_decode_mb : float or None — the decode budget (:mod:`retrieval.web.budget`; default: a quarter of the
+        machine's memory, 512 to 4,096 MB)
     **index_options : :meth:`Index.open <retrieval.app.index.Index.open>`'s (``verification_cache_mb``,
         ``verify_threads``)
     """
 
     def __init__(self, index_path, *, workers: int | None = None, max_upload_bytes: int = 20_000_000,
-                 max_megapixels: float | None = None, cluster=None, **index_options):
+                 max_megapixels: float | None = None, cluster=None, max_decode_mb: float | None = None,
+                 **index_options):
         self.path = Path(index_path).resolve()
         self.cluster = cluster
         first = Index.open(self.path)   # refuses a folder that is not an index (one line)
@@ -65,9 +80,15 @@ class Service:
         first.close()
         self.max_megapixels = float(max_megapixels or feats.max_megapixels)
         self.min_side = int(feats.min_side)
+        self.max_side = feats.max_side
+        self.budget = DecodeBudget(int(float(max_decode_mb or default_budget_mb()) * (1 << 20)))
         self.max_upload_bytes = int(max_upload_bytes)
         self.workers = int(workers or os.cpu_count() or 1)
         self.uploads = self.path / UPLOADS
+        self.in_flight: set[str] = set()   # uploads being received or checked (clean_incoming leaves them)
+        stale = clean_incoming(self.uploads)   # uploads interrupted by a stop of the server
+        if stale:
+            logger.info("removed %d interrupted uploads from %s", stale, self.uploads)
         self.thumbs = ThumbnailCache(self.path / "thumbs")
         # the pool runs searches side by side: each uses ONE BLAS thread (several threads per search on top of the
         # pool oversubscribe the cores; measured 5x slower on 2 cores, docs/benchmarks.md)
@@ -77,6 +98,21 @@ class Service:
         self.index = Index.open(self.path, **index_options)
         if cluster is not None:
             self.index.use_cluster(cluster)
+
+    # ------------------------------------------------------------------ decoding within the budget
+    def decoding(self, path, what: str, max_side=None):
+        """A reservation of the decode budget for decoding the file at ``path`` (:class:`DecodeBudget.reserve`):
+        ApiError 413 over the per-image limit, else waits for room."""
+        try:
+            cost = decode_cost(path, max_side=self.max_side if max_side is None else max_side)
+        except ImageReadError as exc:
+            raise read_error(what, exc.reason) from None
+        return self.budget.reserve(cost.bytes, f"{what} ({cost.size[0]}x{cost.size[1]} {cost.mode})")
+
+    def check_upload(self, path, name: str) -> CheckedImage:
+        """Decode an upload within the budget with the CLI's guards (:func:`retrieval.web.uploads.check_image`)."""
+        with self.decoding(path, f"upload {name!r}"):
+            return check_image(path, name, max_megapixels=self.max_megapixels, min_side=self.min_side)
 
     def local(self) -> Index:
         """The served :class:`Index` (shared by every thread)."""
@@ -125,9 +161,11 @@ class Service:
         if image_id is not None:
             self._row(image_id)
         t0 = time.perf_counter()
+        decoding = self.decoding(image_path, "the query image") if image_path is not None else nullcontext()
         try:
-            res = idx.search_results(int(image_id) if image_id is not None else str(image_path), bbox=box, k=int(k),
-                                     rerank=rerank or None)
+            with decoding:
+                res = idx.search_results(int(image_id) if image_id is not None else str(image_path), bbox=box,
+                                         k=int(k), rerank=rerank or None)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         hits, sizes = res.hits, {}
@@ -158,10 +196,18 @@ class Service:
         if size not in SIDES:
             raise ApiError(400, f"size={size!r}: expected one of {', '.join(SIDES)}.")
         row = self._row(image_id)
+
+        def decoding():
+            try:
+                cost = decode_cost(row["path"], max_side=SIDES[size])
+            except ImageReadError as exc:
+                raise SourceUnreadable(row["path"], exc.reason) from None
+            return self.budget.reserve(cost.bytes, f"image {image_id} ({cost.size[0]}x{cost.size[1]} {cost.mode})")
+
         try:
-            return self.thumbs.get(row["path"], row["hash"], SIDES[size])
-        except OSError as exc:
-            raise ApiError(404, f"image {image_id} ({row['path']}) is no longer readable ({type(exc).__name__}); "
+            return self.thumbs.get(row["path"], row["hash"], SIDES[size], decoding=decoding)
+        except SourceUnreadable as exc:
+            raise ApiError(404, f"image {image_id} ({row['path']}) cannot be read for its thumbnail ({exc.reason}); "
                                 f"run 'retrieval index' to update the index.") from None
 
     def info(self) -> dict:
@@ -178,8 +224,10 @@ class Service:
         if a_id is not None:
             self._row(a_id)
         rb = self._row(b_id)
+        decoding = self.decoding(a_path, "the query image") if a_path is not None else nullcontext()
         try:
-            m = idx.match(int(a_id) if a_id is not None else str(a_path), int(b_id), bbox=box)
+            with decoding:
+                m = idx.match(int(a_id) if a_id is not None else str(a_path), int(b_id), bbox=box)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return match_record(m, a_id=a_id, b_id=int(b_id), b_path=rb["path"], box_given=box is not None,
@@ -189,7 +237,13 @@ class Service:
     def add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
         """Store a checked upload under ``INDEX/uploads`` and index it (a sync of that folder, followed by the
         index like its photo folder). Returns (record, added); an image whose content is already indexed is not
-        stored again (added False)."""
+        stored again (added False). Interrupted uploads (``*.part``) are removed after each add."""
+        try:
+            return self._add(checked, name)
+        finally:
+            clean_incoming(self.uploads, self.in_flight)
+
+    def _add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
         idx = self.index
         rows = idx.catalog.snapshot()[1]
         same = [r for r in rows if r["hash"] == checked.hash and r["status"] == "indexed"]
@@ -204,7 +258,8 @@ class Service:
         if str(dest) in idx.excluded:
             idx.include([dest])
         try:
-            idx.sync(self.uploads, workers=1, add_root=True)
+            with self.decoding(dest, f"upload {name!r}"):
+                idx.sync(self.uploads, workers=1, add_root=True)
         except RuntimeError as exc:   # the writer lock is held by another process
             raise ApiError(409, str(exc)) from None
         except ValueError as exc:

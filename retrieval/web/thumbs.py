@@ -9,6 +9,7 @@ high byte; CMYK goes through Pillow's CMYK -> RGB; transparency is composited on
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from pathlib import Path
@@ -59,6 +60,14 @@ def render_thumbnail(path, side: int, quality: int = 85) -> bytes:
     return buf.getvalue()
 
 
+class SourceUnreadable(OSError):
+    """The image a thumbnail is made of cannot be read (gone, unreadable, not an image): ``path`` and ``reason``."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = str(path), reason
+
+
 class ThumbnailCache:
     """Thumbnails in ``folder`` (created on first use), keyed by content hash and side."""
 
@@ -70,13 +79,20 @@ class ThumbnailCache:
             raise ValueError(f"content hash {content_hash!r}: expected letters and digits only.")
         return self.folder / f"{content_hash}-{int(side)}.jpg"
 
-    def get(self, image_path, content_hash: str, side: int) -> Path:
-        """The cached thumbnail file (generated from ``image_path`` when missing). Raises OSError when the image
-        file cannot be read."""
+    def get(self, image_path, content_hash: str, side: int, decoding=contextlib.nullcontext) -> Path:
+        """The cached thumbnail file (generated from ``image_path`` when missing, inside ``decoding()``: the
+        server's decode budget). Raises :class:`SourceUnreadable` when the image cannot be read, OSError when the
+        thumbnail cannot be written (a full disk)."""
         out = self.path_for(content_hash, side)
         if out.exists():
             return out
-        data = render_thumbnail(image_path, side)
+        if not os.path.isfile(image_path):
+            raise SourceUnreadable(image_path, "the file is gone")
+        with decoding():
+            try:
+                data = render_thumbnail(image_path, side)
+            except (OSError, SyntaxError, ValueError) as exc:   # PIL's UnidentifiedImageError is an OSError
+                raise SourceUnreadable(image_path, f"{type(exc).__name__}: {exc}") from None
         os.makedirs(self.folder, exist_ok=True)
         with atomic_write(out) as fh:
             fh.write(data)

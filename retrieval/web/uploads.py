@@ -14,11 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrieval.features.image import ImageReadError, load_image
+from retrieval.features.image import FORMAT_EXTENSIONS, ImageReadError, load_image, register_image_plugins
 from retrieval.features.store import file_hash
-
-FORMAT_EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP": ".bmp", "PPM": ".ppm"}
-"""Pillow format -> the extension an accepted upload is stored with (the formats the index reads)."""
 
 UPLOADS = "uploads"
 """The folder of the index that holds the images added through the API."""
@@ -49,11 +46,14 @@ class CheckedImage:
         return FORMAT_EXTENSIONS[self.format]
 
 
-async def receive(upload, folder, max_bytes: int) -> Path:
+async def receive(upload, folder, max_bytes: int, in_flight: set | None = None) -> Path:
     """Copy an uploaded file (a Starlette ``UploadFile``) into a new temporary file in ``folder``; ApiError 413
-    (nothing kept) when it is larger than ``max_bytes``, 400 when it is empty."""
+    (nothing kept) when it is larger than ``max_bytes``, 400 when it is empty. ``in_flight``: the set of uploads
+    being received (:func:`clean_incoming` leaves them alone); the caller removes the path when done with it."""
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".upload-", suffix=".part", dir=folder)
+    if in_flight is not None:
+        in_flight.add(tmp)
     total = 0
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -71,8 +71,16 @@ async def receive(upload, folder, max_bytes: int) -> Path:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if in_flight is not None:
+            in_flight.discard(tmp)
         raise
     return Path(tmp)
+
+
+def read_error(what: str, reason: str) -> ApiError:
+    """The answer to an image that cannot be read: 415 not an image, 413 too large, 400 otherwise."""
+    status = 415 if reason.startswith("not an image") else 413 if reason.startswith("too large") else 400
+    return ApiError(status, f"{what}: {reason}.")
 
 
 def check_image(path, name: str, *, max_megapixels: float, min_side: int) -> CheckedImage:
@@ -84,14 +92,13 @@ def check_image(path, name: str, *, max_megapixels: float, min_side: int) -> Che
     try:
         img = load_image(path, max_side=1024, max_megapixels=max_megapixels, min_side=min_side)
     except ImageReadError as exc:
-        reason = exc.reason
-        status = 415 if reason.startswith("not an image") else 413 if reason.startswith("too large") else 400
-        raise ApiError(status, f"upload {name!r}: {reason}.") from None
+        raise read_error(f"upload {name!r}", exc.reason) from None
+    register_image_plugins(path)
     with Image.open(path) as im:
         fmt = im.format
     if fmt not in FORMAT_EXTENSIONS:
-        raise ApiError(415, f"upload {name!r}: {fmt} images are not indexed; expected JPEG, PNG, TIFF, WebP, BMP or "
-                            f"PPM/PGM.")
+        raise ApiError(415, f"upload {name!r}: {fmt} images are not indexed; expected one of "
+                            f"{', '.join(sorted(set(FORMAT_EXTENSIONS)))}.")
     return CheckedImage(Path(path), fmt, img.original_size, file_hash(path))
 
 
@@ -102,6 +109,26 @@ def store_upload(checked: CheckedImage, folder) -> Path:
     final = folder / f"{checked.hash}{checked.extension}"
     os.replace(checked.path, final)
     return final
+
+
+INCOMING = ".incoming"
+"""The folder of ``uploads/`` that receives uploads being added (``*.part`` files while they arrive)."""
+
+
+def clean_incoming(uploads, in_flight=()) -> int:
+    """Remove the ``*.part`` files of interrupted uploads under ``uploads/.incoming`` (not those ``in_flight``);
+    returns how many."""
+    folder = Path(uploads) / INCOMING
+    n = 0
+    keep = {str(p) for p in (in_flight.copy() if isinstance(in_flight, set) else in_flight)}
+    if folder.is_dir():
+        for p in folder.glob("*.part"):
+            if str(p) in keep:
+                continue
+            with contextlib.suppress(OSError):
+                p.unlink()
+                n += 1
+    return n
 
 
 def discard(path) -> None:

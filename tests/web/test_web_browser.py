@@ -136,3 +136,94 @@ def test_the_api_page_renders_its_operations_from_the_server_alone(server, brows
     assert {"/api/search", "/api/images", "/api/info", "/api/match"} <= paths, paths
     loaded = d.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert loaded and all(u.startswith(server.url) for u in loaded), loaded
+
+
+def test_the_page_adds_and_removes_a_photo_with_its_csrf_token(web_base, server, browser, tmp_path):  # noqa: F811
+    """Add an uploaded photo to the index from the query page, then remove it from its own query page: the page's
+    writes carry its CSRF token (the guard refuses a browser's write without it)."""
+    import httpx
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from web_support import textured
+
+    d = browser
+    wait = WebDriverWait(d, 120)
+    photo = tmp_path / "new-photo.png"
+    Image.fromarray(textured(77, size=(320, 240))).save(photo)
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        gen0 = c.get("/api/info").json()["generation"]
+    d.get(server.url + "/query")
+    assert d.get_cookie("retrieval_csrf")
+    d.find_element(By.ID, "upload").send_keys(str(photo))
+    d.find_element(By.ID, "add").click()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-added")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    assert not d.find_element(By.TAG_NAME, "body").get_attribute("data-error")
+    new_id = int(d.find_element(By.TAG_NAME, "body").get_attribute("data-added"))
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.get(f"/api/images/{new_id}").json()["status"] == "indexed"
+    d.get(server.url + f"/query?id={new_id}")
+    d.find_element(By.ID, "remove").click()
+    wait.until(lambda drv: drv.switch_to.alert)
+    d.switch_to.alert.accept()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-removed")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    assert d.find_element(By.TAG_NAME, "body").get_attribute("data-removed") == str(new_id)
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.get(f"/api/images/{new_id}").status_code == 404
+        assert c.get("/api/info").json()["generation"] == gen0 + 2
+
+
+def test_a_page_of_another_site_cannot_plant_or_delete_photos(web_base, server, browser, tmp_path):  # noqa: F811
+    """A hostile page on another origin (another port of the same machine: 'same-site' for the browser) posts a
+    multipart form with an image to the server and calls it with fetch: the guard refuses both, nothing changes."""
+    import http.server
+    import threading
+
+    import httpx
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    target = server.url
+    evil = f"""<!DOCTYPE html><html><body>
+<form id="f" method="post" enctype="multipart/form-data" action="{target}/api/images" target="sink">
+<input type="hidden" name="id" value="1"></form><iframe name="sink"></iframe>
+<script>
+var canvas = document.createElement("canvas"); canvas.width = 64; canvas.height = 64;
+canvas.getContext("2d").fillRect(10, 10, 30, 30);
+canvas.toBlob(function (blob) {{
+  var fd = new FormData(); fd.append("image", blob, "planted.png");
+  fetch("{target}/api/images", {{method: "POST", body: fd, mode: "no-cors", credentials: "include"}})
+    .then(function () {{ document.body.setAttribute("data-done", "1"); }},
+          function () {{ document.body.setAttribute("data-done", "1"); }});
+  document.getElementById("f").submit();
+}});
+</script></body></html>""".encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(evil)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with httpx.Client(base_url=target, timeout=60) as c:
+            before = c.get("/api/info").json()
+        refused = server.app.state.refused_writes
+        n_refused = len(refused)
+        d = browser
+        d.get(f"http://127.0.0.1:{httpd.server_address[1]}/")
+        WebDriverWait(d, 60).until(lambda drv: drv.execute_script("return document.body.dataset.done"))
+        WebDriverWait(d, 60).until(lambda drv: len(refused) >= n_refused + 2)   # the fetch and the form's post
+        assert all("cross-site" in why for why in refused[n_refused:]), refused[n_refused:]
+        with httpx.Client(base_url=target, timeout=60) as c:
+            after = c.get("/api/info").json()
+        assert (after["generation"], after["indexed"]) == (before["generation"], before["indexed"])
+    finally:
+        httpd.shutdown()

@@ -76,7 +76,7 @@ def web_base(tmp_path_factory):
 class ServerThread:
     """``retrieval serve``'s app (the same factory and socket set-up) in a uvicorn server in a thread."""
 
-    def __init__(self, index, *, token=None, **service_kw):
+    def __init__(self, index, *, token=None, allow_hosts=(), **service_kw):
         import uvicorn
 
         from retrieval.cli.serve import bind
@@ -84,7 +84,7 @@ class ServerThread:
         from retrieval.web.service import Service
 
         self.service = Service(index, workers=2, **service_kw)
-        self.app = create_app(self.service, token=token, warm_up=False)
+        self.app = create_app(self.service, token=token, warm_up=False, host="127.0.0.1", allow_hosts=allow_hosts)
         sock = bind("127.0.0.1", 0)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"

@@ -11,14 +11,24 @@ function svgEl(name, attrs) {
 
 function baseName(path) { return String(path).split("/").pop(); }
 
-function postForm(url, fd) {
-  return fetch(url, {method: "POST", body: fd, credentials: "same-origin"}).then(function (r) {
+function csrfToken() {
+  // the double-submit token: the server sets the cookie retrieval_csrf with each page; a write sends it back as a
+  // header, which a page of another site cannot do
+  var m = document.cookie.match(/(?:^|;\s*)retrieval_csrf=([^;]*)/);
+  return m ? decodeURIComponent(m[1]) : "";
+}
+
+function request(method, url, fd) {
+  return fetch(url, {method: method, body: fd, credentials: "same-origin",
+                     headers: {"X-CSRF-Token": csrfToken()}}).then(function (r) {
     return r.json().then(function (body) {
       if (!r.ok) { throw new Error(body && body.error ? body.error : ("HTTP " + r.status)); }
       return body;
     });
   });
 }
+
+function postForm(url, fd) { return request("POST", url, fd); }
 
 function boxString(b) { return b.map(function (v) { return v.toFixed(1); }).join(","); }
 
@@ -219,5 +229,41 @@ function retrievalQueryPage() {
       document.body.setAttribute("data-error", e.message);
     });
   });
+  // add the uploaded photo to the index, or remove the indexed one (each a new generation of the index)
+  var addButton = document.getElementById("add"), removeButton = document.getElementById("remove");
+  if (addButton) {
+    addButton.addEventListener("click", function () {
+      if (!state.file) { status.textContent = "upload a photo first"; return; }
+      var fd = new FormData();
+      fd.append("image", state.file);
+      status.textContent = "adding…";
+      postForm("/api/images", fd).then(function (res) {
+        status.textContent = (res.added ? "added as id " : "already indexed as id ") + res.image.id;
+        document.body.setAttribute("data-added", String(res.image.id));
+      }).catch(function (e) {
+        status.textContent = "error: " + e.message;
+        document.body.setAttribute("data-error", e.message);
+      });
+    });
+  }
+  if (removeButton) {
+    removeButton.addEventListener("click", function () {
+      if (!state.id || !window.confirm("Remove this photo from the index? (an uploaded copy is deleted)")) { return; }
+      request("DELETE", "/api/images/" + state.id).then(function (res) {
+        status.textContent = "removed id " + res.removed + " (generation " + res.generation + ")";
+        document.body.setAttribute("data-removed", String(res.removed));
+      }).catch(function (e) {
+        status.textContent = "error: " + e.message;
+        document.body.setAttribute("data-error", e.message);
+      });
+    });
+  }
   if (img.complete) { render(); } else { img.addEventListener("load", render); }
 }
+
+// ---------------------------------------------------------------- start: the page says which it is
+document.addEventListener("DOMContentLoaded", function () {
+  var page = document.body.dataset.page;
+  if (page === "query") { retrievalQueryPage(); }
+  if (page === "match") { retrievalMatchPage(); }
+});

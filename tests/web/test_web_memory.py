@@ -1,0 +1,112 @@
+"""Decoding bounded by memory, measured on a server in its own process (``retrieval serve --max-decode-mb``):
+4 concurrent uploads of a 12000 x 12000 RGBA PNG (700 KB on the wire, 2.6 GB to decode) and 2 of a 16-bit gray one
+(2.2 GB to decode) while searches by id go on. Each upload is refused (413, over the per-image limit, from its
+header) or served within the budget; the server's peak RSS (VmHWM in /proc) stays under its RSS before the uploads
+plus the budget, and the searches keep answering."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+from helpers import copy_index
+from web_support import web_base  # noqa: F401
+
+BUDGET_MB = 4500   # per image: half, 2,250 MB: the RGBA image (18 bytes/pixel) is over it, the 16-bit one (15) under
+
+
+def proc_status(pid: int, key: str) -> int:
+    text = open(f"/proc/{pid}/status").read()
+    return int(re.search(rf"^{key}:\s+(\d+) kB", text, re.M).group(1)) << 10
+
+
+def huge_pngs(folder):
+    """(RGBA PNG, 16-bit gray PNG), 12000 x 12000 each, mostly flat (small files)."""
+    from PIL import Image
+
+    a = np.zeros((12000, 12000, 4), np.uint8)
+    a[::7, ::5] = 200
+    rgba = folder / "huge_rgba.png"
+    Image.fromarray(a, "RGBA").save(rgba, compress_level=6)
+    del a
+    g = np.zeros((12000, 12000), np.uint16)
+    g[::3, ::11] = 60000
+    g16 = folder / "huge_g16.png"
+    Image.fromarray(g).save(g16, compress_level=6)
+    return rgba, g16
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the server's memory from /proc (Linux)")
+def test_large_decodes_stay_within_the_budget_and_searches_go_on(web_base, tmp_path):  # noqa: F811
+    _, base, _ = web_base
+    index = copy_index(base, tmp_path / "index")
+    rgba, g16 = huge_pngs(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index), "--port", "0",
+                             "--threads", "6", "--max-upload-mb", "5", "--max-decode-mb", str(BUDGET_MB)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r":(\d+)/", proc.stderr.readline()).group(1))
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=url, timeout=300) as c:
+            for _ in range(600):
+                try:
+                    ids = [im["id"] for im in c.get("/api/images").json()["images"]]
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            for i in ids[:4]:   # warm: the model, the searcher, the thumbnails' code paths
+                assert c.post("/api/search", data={"id": i, "k": 5}).status_code == 200
+        before = proc_status(proc.pid, "VmRSS")
+        latencies, errors = [], []
+        stop = threading.Event()
+
+        def searches():
+            with httpx.Client(base_url=url, timeout=300) as c:
+                j = 0
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    r = c.post("/api/search", data={"id": ids[j % len(ids)], "k": 5})
+                    latencies.append(time.perf_counter() - t0)
+                    if r.status_code != 200:
+                        errors.append(r.text)
+                    j += 1
+
+        def upload(path):
+            with httpx.Client(base_url=url, timeout=300) as c, open(path, "rb") as fh:
+                r = c.post("/api/search", files={"image": (path.name, fh.read())}, data={"k": "5"})
+                return path.name, r.status_code, r.json()
+
+        searcher = threading.Thread(target=searches)
+        searcher.start()
+        with ThreadPoolExecutor(6) as ex:
+            answers = list(ex.map(upload, [rgba] * 4 + [g16] * 2))
+        stop.set()
+        searcher.join()
+        peak = proc_status(proc.pid, "VmHWM")
+        after = proc_status(proc.pid, "VmRSS")
+        for name, status, body in answers:
+            if name == rgba.name:
+                assert status == 413 and "MB to decode" in body["error"], body
+            else:
+                assert status == 200 and body["hits"], body
+        budget = BUDGET_MB << 20
+        assert peak <= before + budget, (peak >> 20, before >> 20)
+        assert after <= before + budget // 4, (after >> 20, before >> 20)   # the decodes' memory was handed back
+        assert not errors and len(latencies) >= 3
+        p50 = float(np.median(latencies))
+        print(f"\nRSS before {before >> 20} MB, peak {peak >> 20} MB (budget {BUDGET_MB} MB), after {after >> 20} MB; "
+              f"{len(latencies)} searches meanwhile, p50 {p50 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
