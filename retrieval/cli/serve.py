@@ -132,11 +132,13 @@ def bench_serve_cmd(data_dir, n_images, n_add, searches, clients, threads, prese
     """Load test of 'retrieval serve': concurrent whole-image searches by id while 'retrieval index' adds
     images in another process; errors, generations seen, p50 / p95 latency."""
     from retrieval.bench.serve import bench_serve
+    from retrieval.web.guard import guard_overhead
 
     res = bench_serve(data_dir, workdir=workdir, n_images=n_images, n_add=n_add, searches=searches,
                       clients=clients, threads=threads, preset=preset, rerank=rerank,
                       feature_store=feature_store or os.path.join(workdir, "features"), workers=workers,
                       progress=not as_json)
+    res["guard_overhead"] = guard_overhead()   # what the request guard adds to a request (in process)
     if as_json:
         echo_json(res)
     else:
