@@ -210,7 +210,7 @@ canvas.toBlob(function (blob) {{
         def log_message(self, *args):
             pass
 
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), Evil)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)   # a browser may open idle connections
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         with httpx.Client(base_url=target, timeout=60) as c:
