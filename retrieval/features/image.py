@@ -318,10 +318,12 @@ def _draft_size(fmt: str, mode: str, size, target) -> tuple[int, int]:
     return w, h
 
 
-def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE) -> DecodeCost:
+def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tuple[int, int] | None = None
+                ) -> DecodeCost:
     """The memory :func:`load_image` needs for ``path`` with ``max_side``, computed from the header (no pixel is
     decoded): the decoded size (a JPEG is decoded reduced, in the DCT domain, to what ``max_side`` needs) times
-    :data:`DECODE_BYTES_PER_PIXEL` of its mode. Raises :class:`ImageReadError` when the header is unreadable."""
+    :data:`DECODE_BYTES_PER_PIXEL` of its mode. ``draft_box``: the size asked of a JPEG's draft instead (a
+    thumbnail asks ``(side, side)``). Raises :class:`ImageReadError` when the header is unreadable."""
     from PIL import Image, UnidentifiedImageError
 
     register_image_plugins(path)
@@ -343,7 +345,7 @@ def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE) -> DecodeCost:
     if max_side is not None and max(w, h) > max_side:
         f = max_side / max(w, h)
         target = (max(1, round(w * f)), max(1, round(h * f)))
-    dw, dh = _draft_size(fmt, mode, (w, h), target)
+    dw, dh = _draft_size(fmt, mode, (w, h), draft_box if draft_box is not None else target)
     per = DECODE_BYTES_PER_PIXEL["alpha"] if alpha else DECODE_BYTES_PER_PIXEL.get(mode, DECODE_BYTES_PER_PIXEL["RGBA"])
     return DecodeCost((int(w), int(h)), (int(dw), int(dh)), mode, fmt, int(dw) * int(dh) * per)
 

@@ -199,7 +199,7 @@ class Service:
 
         def decoding():
             try:
-                cost = decode_cost(row["path"], max_side=SIDES[size])
+                cost = decode_cost(row["path"], max_side=SIDES[size], draft_box=(SIDES[size], SIDES[size]))
             except ImageReadError as exc:
                 raise SourceUnreadable(row["path"], exc.reason) from None
             return self.budget.reserve(cost.bytes, f"image {image_id} ({cost.size[0]}x{cost.size[1]} {cost.mode})")
