@@ -7,18 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from retrieval.app.searcher import Match
+from retrieval.rerank.boxes import project_corners
 
 __all__ = ["match_record"]
 
 
-def _corners(box, transform):
-    """The 4 corners of ``box`` mapped by ``transform`` (3, 3); None when one goes to infinity."""
-    x1, y1, x2, y2 = box
-    pts = np.array([[x1, y1, 1.0], [x2, y1, 1.0], [x2, y2, 1.0], [x1, y2, 1.0]]) @ np.asarray(transform, float).T
-    if np.any(np.abs(pts[:, 2]) < 1e-12):
-        return None
-    xy = pts[:, :2] / pts[:, 2:3]
-    return np.round(xy, 1).tolist() if np.isfinite(xy).all() else None
+def _rounded(corners):
+    return None if corners is None else np.round(corners, 1).tolist()
 
 
 def match_record(m: Match, *, a_id=None, b_id: int, b_path: str, box_given: bool, max_points: int = 300) -> dict:
@@ -48,5 +43,5 @@ def match_record(m: Match, *, a_id=None, b_id: int, b_path: str, box_given: bool
         "b": {"id": int(b_id), "path": b_path, "size": [int(s) for s in fb.image_size]},
         "points_a": np.round(np.asarray(q.features.xy)[ia], 1).tolist(),
         "points_b": np.round(np.asarray(fb.xy)[ib], 1).tolist(),
-        "box_in_b": None if transform is None else _corners(q.box, transform),
+        "box_in_b": None if transform is None else _rounded(project_corners(q.box, transform)),
     }

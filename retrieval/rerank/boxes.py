@@ -72,6 +72,20 @@ def project_box(box, transform, image_size=None) -> Box | None:
     return _box_or_none(lo, hi)
 
 
+def project_corners(box, transform) -> np.ndarray | None:
+    """The 4 corners of ``box`` (clockwise from the top left) mapped by ``transform`` (2, 3) or (3, 3): the query
+    box's outline in a database image; None when a corner goes to infinity."""
+    T = np.asarray(transform, dtype=np.float64)
+    if T.shape == (2, 3):
+        T = np.vstack([T, [0.0, 0.0, 1.0]])
+    x1, y1, x2, y2 = (float(v) for v in box)
+    pts = np.array([[x1, y1, 1.0], [x2, y1, 1.0], [x2, y2, 1.0], [x1, y2, 1.0]]) @ T.T
+    if np.any(np.abs(pts[:, 2]) < 1e-12):
+        return None
+    xy = pts[:, :2] / pts[:, 2:3]
+    return xy if np.isfinite(xy).all() else None
+
+
 def box_iou(a, b) -> float:
     """Intersection over union of two boxes ``(x1, y1, x2, y2)`` (continuous coordinates; 0 when the union is
     empty)."""
