@@ -1,6 +1,6 @@
 """Concurrent searches on one shared index, for every bundled preset, while another writer publishes generations.
 
-For each preset, 8 threads run 400 searches (200 per path) (indexed images and a file that is not indexed, whole image and box,
+For each preset, 8 threads run 400 searches on each path (indexed images and a file that is not indexed, whole image and box,
 the preset's re-ranking and none) through the server's code path (:class:`retrieval.web.service.Service`, its
 search pool) and through :meth:`Index.search_results` from a thread pool, while another thread adds an image and
 then removes one (two new generations). Every answer must equal the single-threaded answer of the generation it
@@ -22,7 +22,7 @@ from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset, missing_pieces
 
 PRESETS = ["default", "compact", "accurate", "object"]
-N_SEARCHES = 200   # per path: 400 searches per preset
+N_SEARCHES = 400   # per path
 THREADS = 8
 K = 6
 
