@@ -96,6 +96,11 @@ class GlobalBackend(Backend):
         return self.stage.ids
 
     @property
+    def ivf(self):
+        """The first stage's IVFADC, when it searches through one (None: exhaustive, or codes without lists)."""
+        return getattr(self.stage, "ivf", None)
+
+    @property
     def vectors(self):
         """The stored global vectors in the order of :attr:`ids` (None when the stage keeps only codes)."""
         return getattr(self.stage, "vectors", None)
