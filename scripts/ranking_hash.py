@@ -10,10 +10,13 @@ With ``--peers``, the collections and queries of ``retrieval bench peers`` inste
 (``../shared/data/real``), each indexed alone, every group's first image searched (k = 100), features kept in
 ``--feature-store`` so that a second run extracts nothing.
 
+With ``--oxford``, the 8 Oxford query crops (``real/oxford_crops``) searched against Oxford-133 (k = 30).
+
 Uses the public Python API only (``Index.create``, ``sync``, ``search``), so the same script measures any version:
 
     python scripts/ranking_hash.py --out /tmp/rankings [--presets default,compact]
     python scripts/ranking_hash.py --out /tmp/peers --peers --presets accurate,default --feature-store /tmp/feats
+    python scripts/ranking_hash.py --out /tmp/oxford --oxford --presets object,accurate --feature-store /tmp/feats
 """
 
 from __future__ import annotations
@@ -91,17 +94,33 @@ def run_peers(preset: str, out: Path, store, k: int = 100) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def run_oxford(preset: str, out: Path, store, k: int = 30) -> str:
+    from retrieval.app.index import Index
+
+    data = ROOT.parent / "shared" / "data" / "real"
+    images = sorted(str(p) for p in (data / "oxford133" / "jpg").glob("*.jpg"))
+    idx = Index.create(out / f"oxford-{preset}", preset, feature_store=store, exist_ok=True)
+    idx.sync(images)
+    record = {c.name: hits_record(idx.search(str(c), k=k)) for c in sorted((data / "oxford_crops").glob("*.jpg"))}
+    idx.close()
+    text = json.dumps(record, sort_keys=True)
+    (out / f"oxford-{preset}.json").write_text(text)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--presets", default="default,compact,accurate,object")
     ap.add_argument("-k", type=int, default=20)
     ap.add_argument("--peers", action="store_true", help="the collections and queries of 'retrieval bench peers'")
+    ap.add_argument("--oxford", action="store_true", help="the Oxford crops against Oxford-133")
     ap.add_argument("--feature-store", type=Path, default=None)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    if a.peers:
-        print(json.dumps({p: run_peers(p, a.out, a.feature_store) for p in a.presets.split(",")}))
+    if a.peers or a.oxford:
+        run = run_peers if a.peers else run_oxford
+        print(json.dumps({p: run(p, a.out, a.feature_store) for p in a.presets.split(",")}))
         return 0
     paths = collection(a.out)
     print(f"{len(paths)} images", file=sys.stderr)
