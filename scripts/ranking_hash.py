@@ -50,6 +50,13 @@ def hits_record(hits) -> list:
              None if h.box is None else [round(float(v), 1) for v in h.box]] for h in hits]
 
 
+def write_record(path: Path, record: dict) -> str:
+    """Write ``record`` as sorted JSON to ``path``; returns its hash."""
+    text = json.dumps(record, sort_keys=True)
+    path.write_text(text)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
 def run(preset: str, paths: list[str], out: Path, k: int) -> str:
     from retrieval.app.index import Index
 
@@ -70,9 +77,7 @@ def run(preset: str, paths: list[str], out: Path, k: int) -> str:
             entry["box"] = str(exc)
         record[name] = entry
     idx.close()
-    text = json.dumps(record, sort_keys=True)
-    (out / f"{preset}.json").write_text(text)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return write_record(out / f"{preset}.json", record)
 
 
 def run_peers(preset: str, out: Path, store, k: int = 100) -> str:
@@ -89,9 +94,7 @@ def run_peers(preset: str, out: Path, store, k: int = 100) -> str:
         for g in spec["groups"]:
             record[f"{name}/{g['images'][0]}"] = hits_record(idx.search(str(data / g["images"][0]), k=k))
         idx.close()
-    text = json.dumps(record, sort_keys=True)
-    (out / f"peers-{preset}.json").write_text(text)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return write_record(out / f"peers-{preset}.json", record)
 
 
 def run_oxford(preset: str, out: Path, store, k: int = 30) -> str:
@@ -103,9 +106,7 @@ def run_oxford(preset: str, out: Path, store, k: int = 30) -> str:
     idx.sync(images)
     record = {c.name: hits_record(idx.search(str(c), k=k)) for c in sorted((data / "oxford_crops").glob("*.jpg"))}
     idx.close()
-    text = json.dumps(record, sort_keys=True)
-    (out / f"oxford-{preset}.json").write_text(text)
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return write_record(out / f"oxford-{preset}.json", record)
 
 
 def main(argv=None) -> int:

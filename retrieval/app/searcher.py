@@ -120,9 +120,10 @@ class Searcher:
         """The verdict of this searcher's verifier on ``query`` against indexed image ``image_id``: the same
         verified flag, inliers and box as that image gets in ``query``'s ranked list."""
         verifier = self.verifier
-        db = verifier.database(image_id, self.features_of, self.cache)
+        features_b = self.features_of(image_id)   # read once: described (or taken from the cache) and returned
+        db = verifier.database(image_id, lambda _: features_b, self.cache)
         outcome = verifier.check(verifier.described(query.features), db, query.box)
-        return Match(outcome, query, self.features_of(image_id))
+        return Match(outcome, query, features_b)
 
 
 def query_region_of(features):

@@ -7,8 +7,6 @@ plus the budget, and the searches keep answering."""
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers import copy_index
-from web_support import web_base  # noqa: F401
+from web_support import ServeProcess, web_base  # noqa: F401
 
 BUDGET_MB = 4500   # per image: half, 2,250 MB: the RGBA image (18 bytes/pixel) is over it, the 16-bit one (15) under
 
@@ -49,21 +47,12 @@ def test_large_decodes_stay_within_the_budget_and_searches_go_on(web_base, tmp_p
     _, base, _ = web_base
     index = copy_index(base, tmp_path / "index")
     rgba, g16 = huge_pngs(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index), "--port", "0",
-                             "--threads", "6", "--max-upload-mb", "5", "--max-decode-mb", str(BUDGET_MB)],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    server = ServeProcess(index, "--threads", "6", "--max-upload-mb", "5", "--max-decode-mb", str(BUDGET_MB))
+    proc, url = server.proc, server.url
     try:
-        port = int(re.search(r":(\d+)/", proc.stderr.readline()).group(1))
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url, timeout=300) as c:
-            for _ in range(600):
-                try:
-                    ids = [im["id"] for im in c.get("/api/images").json()["images"]]
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            for i in ids[:4]:   # warm: the model, the searcher, the thumbnails' code paths
-                assert c.post("/api/search", data={"id": i, "k": 5}).status_code == 200
+        ids = [im["id"] for im in server.client.get("/api/images").json()["images"]]
+        for i in ids[:4]:   # warm: the model, the searcher, the thumbnails' code paths
+            assert server.client.post("/api/search", data={"id": i, "k": 5}).status_code == 200
         before = proc_status(proc.pid, "VmRSS")
         latencies, errors = [], []
         stop = threading.Event()
@@ -105,8 +94,4 @@ def test_large_decodes_stay_within_the_budget_and_searches_go_on(web_base, tmp_p
         print(f"\nRSS before {before >> 20} MB, peak {peak >> 20} MB (budget {BUDGET_MB} MB), after {after >> 20} MB; "
               f"{len(latencies)} searches meanwhile, p50 {p50 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()

@@ -11,15 +11,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import numpy as np
 import pytest
 from helpers import copy_index
-from web_support import ServerThread, served_copy, textured, web_base  # noqa: F401
+from web_support import ServeProcess, ServerThread, served_copy, textured, web_base  # noqa: F401
 
 from retrieval.web.app import UPLOAD_OVERHEAD
 
@@ -319,32 +317,19 @@ def test_a_full_disk_answers_507_and_changes_nothing(web_base, tmp_path):  # noq
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--index", str(copy), "--port", "0",
-                             "--threads", "1"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            preexec_fn=limited)
+    server = ServeProcess(copy, "--threads", "1", preexec_fn=limited)
     try:
-        line = proc.stderr.readline()
-        port = int(re.search(r":(\d+)/", line).group(1))
         big = png_bytes(np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8))
         assert MAX_UPLOAD > len(big) > limit
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as c:
-            for _ in range(600):
-                try:
-                    before = state(c)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            r = c.post("/api/images", files={"image": ("big.png", big)})
-            assert_error(r, 507, "no space left", str(copy))
-            assert state(c) == before
-            assert c.post("/api/search", data={"id": 0, "k": 3}).status_code == 200   # searches go on
+        c = server.client
+        before = state(c)
+        r = c.post("/api/images", files={"image": ("big.png", big)})
+        assert_error(r, 507, "no space left", str(copy))
+        assert state(c) == before
+        assert c.post("/api/search", data={"id": 0, "k": 3}).status_code == 200   # searches go on
         assert not [p for p in (copy / "uploads").glob("*") if p.is_file()] if (copy / "uploads").exists() else True
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        server.stop()
 
 
 def test_json_of_every_error_is_one_line(served):

@@ -4,11 +4,17 @@ a real uvicorn server on 127.0.0.1 (a free port) in a thread."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from conftest import shared_path
@@ -159,3 +165,33 @@ def drag_box(driver, img, box, size) -> None:
         chain.move_by_offset(tx - done_x, ty - done_y)
         done_x, done_y = tx, ty
     chain.release().perform()
+
+
+# ---------------------------------------------------------------------------------------------- a server process
+class ServeProcess:
+    """``retrieval serve --port 0`` in its own process (``args``: more options; ``env``: more environment
+    variables; ``preexec_fn``: run in the child before it starts, e.g. resource limits), with a client on it once it
+    answers. ``stop()`` ends it (SIGINT, then SIGKILL)."""
+
+    def __init__(self, index, *args, env=None, preexec_fn=None):
+        self.proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index),
+                                      "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True, env=dict(os.environ, **(env or {})), preexec_fn=preexec_fn)
+        self.port = int(re.search(r":(\d+)/", self.proc.stderr.readline()).group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, timeout=300)
+        for _ in range(600):
+            try:
+                self.client.get("/api/info")
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
