@@ -242,6 +242,16 @@ class Catalog:
             cols = ", ".join(f"{c} = ?" for c in vals)
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
 
+    def finish_run(self, run_id: int, *, stats: dict, extra_meta: dict | None = None) -> None:
+        """Close run ``run_id`` as ``done`` with its counts (and ``extra_meta``) without a new generation: a sync
+        that changed nothing."""
+        with self.db.atomic():
+            for k, v in (extra_meta or {}).items():
+                self._set_meta_raw(k, v)
+            vals = dict(stats, finished=_now(), status="done")
+            cols = ", ".join(f"{c} = ?" for c in vals)
+            self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
+
     def backup_to(self, path) -> None:
         """A consistent copy of the catalog (SQLite's online backup) written atomically to ``path``: what
         ``retrieval check --repair`` restores when ``catalog.db`` is damaged."""

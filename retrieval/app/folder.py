@@ -34,6 +34,7 @@ from retrieval.app.catalog import CatalogChanges
 from retrieval.app.integrity import CATALOG_BACKUP, DamagedError, check_folder, write_manifest
 from retrieval.app.shards import make_index_backend
 from retrieval.core.persistence import crash_point, fsync_dir
+from retrieval.engine.segments import segment_names
 
 logger = logging.getLogger("retrieval.app.index")
 
@@ -65,6 +66,21 @@ class IndexFolder:
     def gens_dir(self) -> Path:
         return self.path / "gens"
 
+    @property
+    def segments_dir(self) -> Path:
+        return self.path / "segments"
+
+    def segment_dirs(self, gen: int) -> list[Path]:
+        """The segment folders generation ``gen`` references (:mod:`retrieval.engine.segments`)."""
+        return [self.segments_dir / name for name in segment_names(self.gen_dir(gen))]
+
+    def generation_problems(self, gen: int, *, checksums: bool = False) -> list[DamagedError]:
+        """Problems of generation ``gen`` and of every segment it references, against their manifests."""
+        problems = check_folder(self.gen_dir(gen), checksums=checksums)
+        for seg in self.segment_dirs(gen):
+            problems += [DamagedError(seg, "missing")] if not seg.is_dir() else check_folder(seg, checksums=checksums)
+        return problems
+
     def generations_on_disk(self) -> list[int]:
         """Published generation folders present, oldest first."""
         if not self.gens_dir.is_dir():
@@ -73,10 +89,16 @@ class IndexFolder:
 
     def cleanup(self, keep: Iterable[int]) -> None:
         """Remove every generation folder but ``keep`` (temporary ones included) and a leftover ``model.tmp``."""
+        keep = list(keep)
         keep_names = {f"{g:08d}" for g in keep}
         if self.gens_dir.is_dir():
             for p in self.gens_dir.iterdir():
                 if p.name not in keep_names:
+                    shutil.rmtree(p, ignore_errors=True)
+        if self.segments_dir.is_dir():   # segments no kept generation references (and unpublished ones)
+            used = {name for g in keep for name in segment_names(self.gen_dir(g))}
+            for p in self.segments_dir.iterdir():
+                if p.name not in used:
                     shutil.rmtree(p, ignore_errors=True)
         shutil.rmtree(self.path / "model.tmp", ignore_errors=True)
 
@@ -204,7 +226,7 @@ class IndexFolder:
         first = None
         older = [g for g in reversed(self.generations_on_disk()) if g < gen]
         for g in [gen, *older] if fallback else [gen]:
-            problems = check_folder(self.gen_dir(g))
+            problems = self.generation_problems(g)
             if not problems:
                 try:
                     backend.load_state(self.gen_dir(g))
@@ -221,6 +243,23 @@ class IndexFolder:
                          + f": run 'retrieval check --repair --index {self.path}'.")
 
     # ------------------------------------------------------------------ publish
+    def _seal_segments(self) -> None:
+        """Make the segments a save just wrote durable: each ``segments/<name>.tmp/`` gets its manifest, is
+        fsynced and renamed to ``segments/<name>/`` (unreferenced until the generation is committed)."""
+        if not self.segments_dir.is_dir():
+            return
+        sealed = False
+        for tmp in sorted(self.segments_dir.glob("*.tmp")):
+            write_manifest(tmp)
+            for p in [*tmp.rglob("*"), tmp]:
+                if p.is_dir():
+                    fsync_dir(p)
+            os.replace(tmp, self.segments_dir / tmp.name[:-len(".tmp")])
+            sealed = True
+        if sealed:
+            fsync_dir(self.segments_dir)
+        crash_point("segments")
+
     def publish(self, catalog, backend, changes: CatalogChanges, *, after: int, keep_previous: bool = True) -> int:
         """Make a new generation durable and current (module docstring): ``backend``'s state written to the
         generation after ``max(after, every generation on disk)``, then the catalog ``changes`` committed with it
@@ -233,7 +272,8 @@ class IndexFolder:
         shutil.rmtree(final, ignore_errors=True)
         tmp.mkdir(parents=True)
         if backend.trained:
-            backend.save_state(tmp)
+            backend.save_state(tmp)   # new segments go to segments/<name>.tmp (retrieval.engine.segments)
+        self._seal_segments()
         write_manifest(tmp)
         for p in tmp.rglob("*"):
             if p.is_dir():

@@ -269,7 +269,7 @@ class Index:
     # ------------------------------------------------------------------ writes
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,
              progress: bool = False, add_root: bool = False, replace_root: bool = False,
-             prune: bool = False, cluster=None) -> SyncReport:
+             prune: bool = False, cluster=None, retrain: bool = False) -> SyncReport:
         """Bring the index in line with a photo folder (or an explicit list of image paths).
 
         New and changed files (size, mtime, then content hash) are extracted and added, deleted files dropped,
@@ -280,10 +280,12 @@ class Index:
         by an error commits nothing and its run is marked ``failed``. A folder sync follows the index's folders
         (:mod:`retrieval.app.index_roots`: ``add_root`` / ``replace_root`` for another folder); one that would
         remove more than half of the indexed images needs ``prune``. ``cluster``: a Dask client (:mod:`.cluster`).
+        A sync that changes nothing writes no generation (only its run record). ``retrain``: train the IVFADC
+        quantiser of the searchable state again (:mod:`retrieval.engine.segments`).
         """
         with self.writer_lock():
             try:
-                return Writer(self, client=cluster).sync(folder_or_paths, workers, progress, add_root,
+                return Writer(self, client=cluster, retrain=retrain).sync(folder_or_paths, workers, progress, add_root,
                                                          replace_root, prune)
             except Exception:
                 self.catalog.end_running_runs("failed")   # nothing was committed; the run must not stay 'running'
@@ -293,6 +295,16 @@ class Index:
         """Drop images (paths or ids) from the index; returns how many were removed. Files are not touched."""
         with self.writer_lock():
             return Writer(self).remove(paths)
+
+    def compact(self, retrain: bool = False) -> dict:
+        """Merge the segments of the searchable state into one (``retrieval compact``; :meth:`Writer.compact
+        <retrieval.app.index_build.Writer.compact>`)."""
+        with self.writer_lock():
+            try:
+                return Writer(self).compact(retrain=retrain)
+            except Exception:
+                self.catalog.end_running_runs("failed")
+                raise
 
     # ------------------------------------------------------------------ search
     def searcher(self) -> Searcher:

@@ -33,8 +33,9 @@ class Writer:
     """One sync or remove of ``index`` (its folder, this thread's catalog connection, its store and extractor);
     ``client``: a Dask client that extracts and encodes on its workers (:mod:`retrieval.app.cluster`)."""
 
-    def __init__(self, index, client=None):
+    def __init__(self, index, client=None, retrain: bool = False):
         self.index = index
+        self.retrain = retrain
         self.folder = index.folder
         self.catalog = index.catalog
         self.preset = index.preset
@@ -61,7 +62,6 @@ class Writer:
         report = SyncReport()
         run_id = self.catalog.start_run(source)
         gen, rows = self.catalog.snapshot()
-        self.folder.cleanup(keep=[gen])
         next_id = int(self.catalog.get_meta("next_id", 0))
         by_path = {r["path"]: r for r in rows}
         fileset = set(files)
@@ -142,6 +142,15 @@ class Writer:
 
         report.stage_seconds["extract"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
+        if gen and not (to_add or deletes or moves or touched or self.retrain):   # only the run is recorded
+            self.catalog.finish_run(run_id, stats={"added": 0, "changed": 0, "moved": 0, "removed": 0,
+                                                   "errors": len(report.errors)},
+                                    extra_meta=None if roots is None else {"roots": roots})
+            report.generation = gen
+            report.seconds = time.perf_counter() - t0
+            logger.info("sync: nothing changed (%d unchanged, %.1f s)", report.unchanged, report.seconds)
+            return report
+        self.folder.cleanup(keep=[gen])   # leftovers of an interrupted writer, older generations
         # 3. the model
         backend = self.folder.load_backend(gen, fallback=False)
         if not backend.trained:
@@ -149,6 +158,9 @@ class Writer:
                 self.train(backend, self.training_paths(rows, to_add, failed, hashes), progress, workers, report)
             backend = self.folder.load_backend(gen, fallback=False)
         backend.remove(deletes)
+        if self.retrain and not backend.plan_compaction(merge_all=True, retrain=True):
+            raise ValueError(f"--retrain: preset {self.preset['name']!r} has no trained part kept with the "
+                             f"collection (its model is retrained by building a new index).")
 
         report.stage_seconds["train"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
@@ -216,6 +228,30 @@ class Writer:
             run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0)), deletes=ids, stats={"removed": len(ids)},
             extra_meta={"excluded": sorted(set(self.index.excluded) | set(gone))}), after=gen)
         return len(ids)
+
+    # ------------------------------------------------------------------ compact
+    def compact(self, retrain: bool = False) -> dict:
+        """Merge every segment of the committed generation into one, dropping deleted rows (and train the IVFADC
+        quantiser again with ``retrain``), published as a new generation. ``{"generation", "segments_before",
+        "segments_after", "images", "seconds"}``; ``segments_before`` None for a backend without segments
+        (nothing is written then)."""
+        t0 = time.perf_counter()
+        gen = self.catalog.generation()
+        out = {"generation": gen, "segments_before": None, "segments_after": None, "images": 0, "seconds": 0.0}
+        if not gen:
+            return out
+        self.folder.cleanup(keep=[gen])
+        backend = self.folder.load_backend(gen, fallback=False)
+        info = backend.segment_info()
+        if info is None or not backend.plan_compaction(merge_all=True, retrain=retrain):
+            return out
+        run_id = self.catalog.start_run("compact")
+        new_gen = self.folder.publish(self.catalog, backend, CatalogChanges(
+            run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0))), after=gen)
+        after = backend.segment_info()
+        out.update(generation=new_gen, segments_before=info["segments"], segments_after=after["segments"],
+                   images=after["live"], seconds=round(time.perf_counter() - t0, 3))
+        return out
 
     # ------------------------------------------------------------------ steps
     def extract(self, paths, hashes, workers, progress, report) -> None:

@@ -87,7 +87,7 @@ def check_index(idx, *, checksums: bool = True) -> dict:
     catalog = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
     folder = idx.folder
     model = [str(p) for p in check_folder(folder.model_dir, checksums=checksums)]
-    gens = {g: [str(x) for x in check_folder(folder.gen_dir(g), checksums=checksums)]
+    gens = {g: [str(x) for x in folder.generation_problems(g, checksums=checksums)]
             for g in folder.generations_on_disk()}
     committed = idx.catalog.generation()
     if committed and committed not in gens:

@@ -30,9 +30,9 @@ from retrieval.engine.backend import (
     write_npy,
     write_state_header,
 )
-from retrieval.engine.first_stages import VectorStage
+from retrieval.engine.first_stages import VectorStage, merge_candidates
 from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.hits import Hit, similarity_from_ip
+from retrieval.engine.hits import Hit
 from retrieval.engine.pipeline import make_backend
 
 MAX_SHARDS = 4096
@@ -79,41 +79,15 @@ def load_shard(preset: dict, folder) -> VectorStage:
 
 
 def shard_top(shard: VectorStage, q: np.ndarray, k: int, short: int) -> tuple:
-    """One shard's candidates for the query vector ``q``: ``(ids, ip, adc)`` -- without IVFADC the top ``k`` ids by
-    (inner product descending, id) and ``adc`` None; with IVFADC its ``short`` best ids by ADC distance, their
-    distances ``adc`` and exact inner products ``ip`` (the client keeps the global best ``short``)."""
-    ids = shard.ids
-    n = len(ids)
-    if n == 0:
-        return np.empty(0, np.int64), np.empty(0, np.float64), None
-    if shard.ivf is not None:
-        D, cand = shard.ivf.search(q[None, :], min(short, n))
-        keep = cand[0] >= 0
-        cand, D = cand[0][keep], D[0][keep]
-        rows = np.searchsorted(ids, cand)   # a shard's ids are stored in increasing order
-        out_ip = np.asarray(shard.vectors[np.sort(rows)] @ q, np.float64)[np.argsort(np.argsort(rows))]
-        return cand.astype(np.int64), out_ip, D.astype(np.float64)
-    scores = np.asarray(shard.vectors @ q, dtype=np.float64)
-    kk = min(k, n)
-    top = np.argpartition(-scores, kk - 1)[:kk]
-    top = top[np.lexsort((ids[top], -scores[top]))]
-    return ids[top].astype(np.int64), scores[top], None
+    """One shard's candidates for the query vector ``q`` (:meth:`VectorStage.candidates
+    <retrieval.engine.first_stages.VectorStage.candidates>`; the client keeps the global best)."""
+    return shard.candidates(q, k, short)
 
 
 def merge_tops(tops, k: int, short: int) -> list[Hit]:
-    """The global top ``k`` from every shard's :func:`shard_top`, as first-stage hits (``similarity`` =
-    ``(1 + ip) / 2``), ordered as the unsharded index orders them (ties by id)."""
-    ids = np.concatenate([t[0] for t in tops]) if tops else np.empty(0, np.int64)
-    ip = np.concatenate([t[1] for t in tops]) if tops else np.empty(0, np.float64)
-    if len(ids) == 0:
-        return []
-    if any(t[2] is not None for t in tops):
-        adc = np.concatenate([t[2] for t in tops if t[2] is not None])
-        keep = np.lexsort((ids, adc))[:short]
-        ids, ip = ids[keep], ip[keep]
-    order = np.lexsort((ids, -ip))[:k]
-    sims = similarity_from_ip(ip[order])
-    return [Hit(int(i), float(s), similarity=float(s)) for i, s in zip(ids[order], sims, strict=True)]
+    """The global top ``k`` from every shard's :func:`shard_top`, ordered as the unsharded index orders them
+    (:func:`retrieval.engine.first_stages.merge_candidates`)."""
+    return merge_candidates(tops, k, short)
 
 
 class ShardedStage(VectorStage):
@@ -261,7 +235,7 @@ class ShardedStage(VectorStage):
         out = np.empty((len(ids), self.shards[0].vectors.shape[1] if self.shards else 0), np.float32)
         for j, (i, s) in enumerate(zip(ids, which, strict=True)):
             shard = self.shards[int(s)]
-            out[j] = shard.vectors[int(np.flatnonzero(shard.ids == int(i))[0])]
+            out[j] = shard.vectors[int(shard.rows_of([int(i)])[0])]
         return out
 
 

@@ -75,11 +75,14 @@ def _quiet(ctx) -> bool:
               help="Index again a file removed with 'retrieval remove' (repeatable).")
 @click.option("--strict", is_flag=True, help="Exit 1 when any file could not be read (default: 0 once every file "
               "was handled; unreadable files are listed).")
+@click.option("--retrain", is_flag=True,
+              help="Train the IVFADC quantiser of the search state again on the collection as it is now (it is "
+                   "trained once, when the collection reaches index.min_images, and again when it outgrew it).")
 @click.option("--skip-errors", is_flag=True, hidden=True, help="Accepted for compatibility: exit 0 is the default.")
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              cluster, shards, add_root, replace_root, prune, include, strict, skip_errors, as_json):
+              cluster, shards, add_root, replace_root, prune, include, strict, retrain, skip_errors, as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -113,7 +116,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
     report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx), add_root=add_root,
-                      replace_root=replace_root, prune=prune, cluster=client)
+                      replace_root=replace_root, prune=prune, cluster=client, retrain=retrain)
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
@@ -319,6 +322,26 @@ def remove_cmd(paths, index_dir):
     for r in rows:
         click.echo(f"removed {r['id']} {r['path']}")
     click.echo(f"{n} image(s) removed", err=True)
+
+
+@main.command("compact")
+@_index_option
+@click.option("--retrain", is_flag=True, help="Also train the IVFADC quantiser again on the collection as it is now.")
+@json_option("Print what was merged as JSON.")
+def compact_cmd(index_dir, retrain, as_json):
+    """Merge the segments of the index's search state into one, dropping the rows of removed images. Syncs merge
+    small segments themselves; this is the full merge (bounded by one segment's memory), safe to interrupt."""
+    from retrieval.app.index import Index
+
+    idx = Index.open(_index_dir(index_dir))
+    out = idx.compact(retrain=retrain)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+    elif out["segments_before"] is None:
+        click.echo(f"preset {idx.preset['name']!r} writes one search state per generation: nothing to merge.")
+    else:
+        click.echo(f"{out['segments_before']} segment(s) merged into {out['segments_after']} ({out['images']} images, "
+                   f"generation {out['generation']}, {out['seconds']:.1f} s)")
 
 
 @main.command("list")

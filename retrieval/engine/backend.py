@@ -134,6 +134,16 @@ class Backend:
         """Search on the workers of a Dask ``client`` when the backend can (a sharded index); False otherwise."""
         return False
 
+    def segment_info(self) -> dict | None:
+        """The segments of the searchable state (:mod:`retrieval.engine.segments`); None when the backend writes
+        one complete state per generation."""
+        return None
+
+    def plan_compaction(self, *, merge_all: bool, retrain: bool) -> bool:
+        """Ask the next save to merge every segment into one and/or to retrain the trained parts of the state
+        (the IVFADC quantiser); False when the backend is not segmented."""
+        return False
+
     @property
     def verifier(self) -> Verifier:
         """The geometric verification of this backend's searches (the preset's ratio and decision threshold, the

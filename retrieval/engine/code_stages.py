@@ -39,6 +39,31 @@ class CodesStage(FirstStage):
     def itype(self) -> str:
         return self.config.index.type
 
+    def empty_part(self) -> CodesStage:
+        part = CodesStage(self.preset, self.effective)
+        part.pq = self.pq
+        part.ivf = None if self.ivf is None else self.ivf.empty_like()
+        return part
+
+    def row_arrays(self) -> dict:
+        return {"codes": self._codes}
+
+    def from_rows(self, ids, arrays) -> None:
+        self._ids = np.asarray(ids, np.int64)
+        self._codes = np.asarray(arrays["codes"])
+
+    def absorb(self, parts) -> None:
+        if self.itype == "adc":
+            return super().absorb(parts)
+        ids = []
+        for stage, dead in parts:   # the rows go into this stage's lists as they are (no re-encoding)
+            src = stage.ivf
+            lists = np.repeat(np.arange(src.nlist), np.diff(src.offsets_))
+            live = (src.ids_ >= 0) & ~np.isin(src.ids_, dead)
+            self.ivf.add_preassigned(lists[live], np.asarray(src.codes_)[live], np.asarray(src.ids_)[live])
+            ids.append(np.asarray(src.ids_)[live])
+        self._ids = np.sort(np.concatenate(ids)) if ids else np.empty(0, np.int64)
+
     def fit(self, encoder, features_of, n_images: int, rng) -> None:
         """Train the PQ (``adc``) or the IVFADC (``ivfadc_adc``) on the training images' global vectors.
 
@@ -181,6 +206,18 @@ class BinaryStage(FirstStage):
         super().__init__(preset, effective)
         self.embedding = None
         self._codes = None
+
+    def empty_part(self) -> BinaryStage:
+        part = BinaryStage(self.preset, self.effective)
+        part.embedding = self.embedding
+        return part
+
+    def row_arrays(self) -> dict:
+        return {"codes": self._codes}
+
+    def from_rows(self, ids, arrays) -> None:
+        self._ids = np.asarray(ids, np.int64)
+        self._codes = np.asarray(arrays["codes"])
 
     def fit(self, encoder, features_of, n_images: int, rng) -> None:
         from retrieval.codes import binary

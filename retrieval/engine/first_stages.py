@@ -34,7 +34,7 @@ from retrieval.engine.hits import (
 )
 from retrieval.engine.presets import preset_config
 
-__all__ = ["FirstStage", "VectorStage"]
+__all__ = ["FirstStage", "VectorStage", "merge_candidates"]
 
 
 class FirstStage:
@@ -87,6 +87,33 @@ class FirstStage:
     def load_state(self, folder: Path | None) -> None:
         raise NotImplementedError
 
+    def empty_part(self) -> FirstStage:
+        """An empty stage sharing this one's trained model (a segment of
+        :class:`retrieval.engine.segments.SegmentedStage`)."""
+        raise NotImplementedError
+
+    def row_arrays(self) -> dict:
+        """The per-row arrays of the state, aligned with :attr:`ids` (what a segment merge copies)."""
+        raise NotImplementedError
+
+    def from_rows(self, ids, arrays) -> None:
+        """Set the state to the rows ``ids`` (increasing) holding ``arrays`` (of :meth:`row_arrays`)."""
+        raise NotImplementedError
+
+    def absorb(self, parts) -> None:
+        """Set the state to the live rows of ``parts`` (a list of ``(stage, dead ids)``), ordered by id: the
+        merge of segments (the rows of ``dead`` are dropped)."""
+        ids, arrays = [], {}
+        for stage, dead in parts:
+            keep = ~np.isin(stage.ids, dead)
+            ids.append(np.asarray(stage.ids)[keep])
+            for name, arr in stage.row_arrays().items():
+                if arr is not None:
+                    arrays.setdefault(name, []).append(np.asarray(arr)[keep])
+        ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
+        order = np.argsort(ids, kind="stable")
+        self.from_rows(ids[order], {name: np.concatenate(a)[order] for name, a in arrays.items()})
+
     def _kept_rows(self, ids) -> np.ndarray | None:
         """Mask (n,) of the stored rows whose id is not in ``ids``; None when there is nothing to remove."""
         ids = np.asarray(list(ids), dtype=np.int64)
@@ -123,6 +150,16 @@ class FirstStage:
         """Search on the workers of a Dask ``client`` (only sharded stages can); False when not offered."""
         return False
 
+    def segment_info(self) -> dict | None:
+        """``{"segments", "rows", "live", "quantizer_nlist"}`` of a segmented state (None: one state per
+        generation)."""
+        return None
+
+    def plan_compaction(self, *, merge_all: bool, retrain: bool) -> bool:
+        """Ask the next save to merge every segment into one (``merge_all``) and/or to train the IVFADC quantiser
+        again (``retrain``); False when the stage is not segmented."""
+        return False
+
 
 class VectorStage(FirstStage):
     """``ids.npy`` (n,) int64, ``vectors.npy`` (n, D') unit rows of type ``index.vectors`` (float32, or float16 for
@@ -136,6 +173,21 @@ class VectorStage(FirstStage):
     def __init__(self, preset: dict, effective: dict):
         super().__init__(preset, effective)
         self._vectors = None
+        self.ivf = None
+        self.quantizer = None   # a trained, empty IVFADC whose lists save_state fills (retrieval.engine.segments)
+
+    def empty_part(self) -> VectorStage:
+        """An empty stage of the same preset (a segment of :class:`retrieval.engine.segments.SegmentedStage`)."""
+        return VectorStage(self.preset, self.effective)
+
+    def row_arrays(self) -> dict:
+        """The per-row arrays of the state, in the order of :attr:`ids` (a segment merge reads them)."""
+        return {"vectors": self._vectors}
+
+    def from_rows(self, ids, arrays) -> None:
+        """Set the state to rows ``ids`` (increasing) with ``arrays`` of :meth:`row_arrays`."""
+        self._ids = np.asarray(ids, np.int64)
+        self._vectors = np.asarray(arrays["vectors"], dtype=self._vector_dtype)
         self.ivf = None
 
     @property
@@ -179,21 +231,28 @@ class VectorStage(FirstStage):
                    else np.asarray(self._vectors, dtype=self._vector_dtype))
         write_npy(folder / "ids.npy", self._ids)
         write_npy(folder / "vectors.npy", vectors)
-        vectors = vectors.astype(np.float32)
-        ix = self.config.index
-        with_ivfadc = ix.type == "ivfadc" and len(self._ids) >= ix.min_images
-        if with_ivfadc:
-            self.ivf = self.build_ivfadc(vectors, self._ids)
+        with_ivfadc = self.quantizer is not None
+        if with_ivfadc:   # the inverted lists of these rows, with quantisers trained once (SegmentedStage)
+            self.ivf = self.quantizer.empty_like()
+            for a in range(0, len(vectors), 65536):
+                self.ivf.add(np.asarray(vectors[a:a + 65536], np.float32), ids=self._ids[a:a + 65536])
             self.ivf.save(folder / "ivfadc")
         write_state_header(folder, self.kind, ntotal=int(len(self._ids)), dim=int(vectors.shape[1]),
                            ivfadc=with_ivfadc)
 
     def build_ivfadc(self, vectors, ids):
         """An IVFADC trained on ``vectors`` (float32) and filled with them under ``ids``."""
+        ivf = self.train_quantizer(vectors, len(vectors))
+        ivf.add(vectors, ids=ids)
+        return ivf
+
+    def train_quantizer(self, sample, n: int):
+        """An empty IVFADC (coarse quantiser and residual PQ) trained on ``sample`` (float32 rows of the
+        collection) for a collection of ``n`` images: ``nlist = min(index.nlist, n // 39)``."""
         cfg = self.config
         ix = cfg.index
-        n = len(vectors)
-        nlist = int(min(ix.nlist, max(1, n // 39)))
+        vectors = np.asarray(sample, np.float32)
+        nlist = int(min(ix.nlist, max(1, n // 39), len(vectors)))
         M = ix.M
         if vectors.shape[1] % M:
             M = next(m for m in (32, 16, 8, 4, 2, 1) if vectors.shape[1] % m == 0)
@@ -201,9 +260,7 @@ class VectorStage(FirstStage):
 
         ivf = IVFADC(nlist=nlist, M=M, nbits=ix.nbits, nprobe=min(ix.nprobe, nlist),
                      random_state=cfg.training.random_state)
-        ivf.fit(vectors)
-        ivf.add(vectors, ids=ids)
-        return ivf
+        return ivf.fit(vectors)
 
     def load_state(self, folder: Path | None) -> None:
         if folder is None:
@@ -224,30 +281,66 @@ class VectorStage(FirstStage):
 
             self.ivf = IVFADC.load(folder / "ivfadc")
 
+    def rows_of(self, ids) -> np.ndarray:
+        """Rows of ``ids`` (stored in increasing order: a binary search, no map of every id); -1 for an id not
+        stored."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if len(self._ids) == 0:
+            return np.full(len(ids), -1, np.int64)
+        pos = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+        return np.where(self._ids[pos] == ids, pos, -1)
+
+    def candidates(self, q: np.ndarray, k: int, short: int) -> tuple:
+        """This stage's candidates for ``q``: ``(ids, ip, adc)`` -- without IVFADC the top ``k`` ids by (inner
+        product descending, id) and ``adc`` None; with IVFADC its ``short`` best ids by ADC distance, their
+        distances ``adc`` and exact inner products ``ip``. :func:`merge_candidates` merges several stages' (the
+        segments of :class:`retrieval.engine.segments.SegmentedStage`, the shards of a sharded index) exactly as
+        one stage holding all their rows ranks them."""
+        n = len(self._ids)
+        if n == 0:
+            return np.empty(0, np.int64), np.empty(0, np.float64), None
+        if self.ivf is not None:
+            D, cand = self.ivf.search(q[None, :], min(short, n))
+            keep = cand[0] >= 0
+            cand, D = cand[0][keep], D[0][keep]
+            rows = self.rows_of(cand)
+            order = np.argsort(rows)
+            ip = np.empty(len(rows), np.float64)
+            ip[order] = np.asarray(np.asarray(self._vectors[rows[order]], np.float32) @ q, np.float64)
+            return cand.astype(np.int64), ip, D.astype(np.float64)
+        scores = np.asarray(np.asarray(self._vectors, dtype=np.float32) @ q, dtype=np.float64)
+        kk = min(k, n)
+        top = np.argpartition(-scores, kk - 1)[:kk]
+        top = top[np.lexsort((self._ids[top], -scores[top]))]
+        return self._ids[top].astype(np.int64), scores[top], None
+
     def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         """Top ``k`` by inner product (exhaustive) or by IVFADC distance then exact inner product; ``similarity``
         = ``(1 + ip) / 2`` (:func:`retrieval.engine.hits.similarity_from_ip`)."""
-        n = len(self._ids)
-        if n == 0:
-            return []
-        if self.ivf is not None:
-            short = max(k, self.config.index.shortlist)
-            _, cand = self.ivf.search(q[None, :], min(short, n))
-            cand = cand[0][cand[0] >= 0]
-            rows = np.flatnonzero(np.isin(self._ids, cand))
-            mat = self._vectors[rows]
-        else:
-            rows = np.arange(n)
-            mat = self._vectors   # every row: no gathered copy of the matrix per query
-        scores = np.asarray(np.asarray(mat, dtype=np.float32) @ q, dtype=np.float64)
-        kk = min(k, len(rows))
-        top = np.argpartition(-scores, kk - 1)[:kk]
-        top = top[np.lexsort((self._ids[rows[top]], -scores[top]))]
-        sims = similarity_from_ip(scores[top])
-        return [Hit(int(self._ids[rows[t]]), float(s), similarity=float(s)) for t, s in zip(top, sims, strict=True)]
+        short = max(k, self.config.index.shortlist)
+        return merge_candidates([self.candidates(q, k, short)], k, min(short, len(self._ids)))
 
     def vectors_of(self, ids) -> np.ndarray | None:
         if self._vectors is None:
             return None
-        pos = {int(i): r for r, i in enumerate(self._ids.tolist())}
-        return np.asarray(self._vectors[[pos[int(i)] for i in ids]], dtype=np.float32)
+        rows = self.rows_of(ids)
+        if (rows < 0).any():
+            raise KeyError(f"image id {int(np.asarray(ids)[rows < 0][0])} is not stored")
+        return np.asarray(self._vectors[rows], dtype=np.float32)
+
+
+def merge_candidates(tops, k: int, short: int) -> list[Hit]:
+    """The top ``k`` of several :meth:`VectorStage.candidates`, as first-stage hits (``similarity`` =
+    ``(1 + ip) / 2``): IVFADC candidates kept by (ADC distance, id) up to ``short``, then ordered by (exact inner
+    product descending, id) -- the order of one stage holding every row."""
+    ids = np.concatenate([t[0] for t in tops]) if tops else np.empty(0, np.int64)
+    ip = np.concatenate([t[1] for t in tops]) if tops else np.empty(0, np.float64)
+    if len(ids) == 0:
+        return []
+    if any(t[2] is not None for t in tops):
+        adc = np.concatenate([t[2] for t in tops if t[2] is not None])
+        keep = np.lexsort((ids, adc))[:short]
+        ids, ip = ids[keep], ip[keep]
+    order = np.lexsort((ids, -ip))[:k]
+    sims = similarity_from_ip(ip[order])
+    return [Hit(int(i), float(s), similarity=float(s)) for i, s in zip(ids[order], sims, strict=True)]

@@ -29,18 +29,23 @@ __all__ = ["GlobalBackend", "make_stage", "sample_descriptors"]
 
 
 def make_stage(preset: dict, effective: dict) -> FirstStage:
-    """The first stage of a ``global`` or ``binary`` preset (its ``index.type``); the code stages are imported only
-    when used (their numba kernels stay unloaded for the default preset)."""
+    """The first stage of a ``global`` or ``binary`` preset (its ``index.type``), stored as immutable segments
+    (:class:`retrieval.engine.segments.SegmentedStage`); the code stages are imported only when used (their numba
+    kernels stay unloaded for the default preset)."""
+    from retrieval.engine.segments import SegmentedStage
+
     cfg = preset_config(preset)
     if cfg.kind == "binary":
         from retrieval.engine.code_stages import BinaryStage
 
-        return BinaryStage(preset, effective)
-    if cfg.index.type in ("adc", "ivfadc_adc"):
+        base = BinaryStage(preset, effective)
+    elif cfg.index.type in ("adc", "ivfadc_adc"):
         from retrieval.engine.code_stages import CodesStage
 
-        return CodesStage(preset, effective)
-    return VectorStage(preset, effective)
+        base = CodesStage(preset, effective)
+    else:
+        base = VectorStage(preset, effective)
+    return SegmentedStage(preset, effective, base)
 
 
 class GlobalBackend(Backend):
@@ -128,6 +133,12 @@ class GlobalBackend(Backend):
 
     def load_state(self, folder: Path | None) -> None:
         self.stage.load_state(None if folder is None else Path(folder))
+
+    def segment_info(self) -> dict | None:
+        return self.stage.segment_info()
+
+    def plan_compaction(self, *, merge_all: bool, retrain: bool) -> bool:
+        return self.stage.plan_compaction(merge_all=merge_all, retrain=retrain)
 
     def use_remote(self, client) -> bool:
         """Search the first stage on the workers of a Dask ``client`` when it can (a sharded index)."""

@@ -20,7 +20,7 @@ from helpers import assert_same_results, make_pool, results_view, small_preset
 
 from retrieval.app.index import Index, walk_photos
 
-POINTS = ["extract", "train", "encode", "array", "publish", "catalog", "commit"]
+POINTS = ["extract", "train", "encode", "array", "segments", "publish", "catalog", "commit"]
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,10 @@ def check_consistent(index_dir, photos, ref):
     assert searcher.generation == gen
     backend = searcher.backend
     assert sorted(backend.ids.tolist()) == sorted(r["id"] for r in rows)  # no missing or extra vector
-    vecs = np.asarray(backend.vectors)
+    vecs = backend.vectors_of(backend.ids, None)
     assert np.isfinite(vecs).all() and np.allclose(np.linalg.norm(vecs, axis=1), 1, atol=1e-4)
-    leftovers = [p.name for p in (index_dir / "gens").iterdir() if p.name.endswith(".tmp")]
+    leftovers = [p.name for folder in ("gens", "segments") for p in (index_dir / folder).iterdir()
+                 if p.name.endswith(".tmp")]
     assert leftovers == [] and not (index_dir / "model.tmp").exists()
     runs = idx.catalog.runs()
     assert runs[-1]["status"] == "done"
@@ -117,7 +118,7 @@ def test_queries_during_a_sync_see_old_or_new_state(setup, tmp_path):
     assert set(sizes) <= {6, 16} and sizes[-1] == 16
 
 
-@pytest.mark.parametrize("point", ["array", "publish", "catalog", "commit"])
+@pytest.mark.parametrize("point", ["array", "segments", "publish", "catalog", "commit"])
 def test_kill9_during_a_remove_leaves_the_old_or_the_new_state(setup, tmp_path, point):
     """``retrieval remove`` publishes through the same IndexFolder.publish as a sync: killed at each of its points,
     the index holds either every image or every image but the removed one (catalog and search state agreeing),

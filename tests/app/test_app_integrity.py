@@ -47,6 +47,19 @@ def build(tmp_path, pool, n_first=6, n=8, preset=None):
     return idx, photos
 
 
+def segment_file(tmp_path, name, gen=2):
+    """The file ``name`` of the segment generation ``gen`` added (the segments of a generation are shared with
+    the generations before it: damaging the newest one leaves generation ``gen - 1`` intact)."""
+    index = tmp_path / "i"
+
+    def segments(g):
+        path = index / "gens" / f"{g:08d}" / "state.json"
+        return [s["name"] for s in json.loads(path.read_text())["segments"]] if path.exists() else []
+
+    new = [s for s in segments(gen) if s not in segments(gen - 1)]
+    return index / "segments" / new[-1] / name
+
+
 def truncated_vectors(tmp_path, pool, query, keep):
     """An index of two generations whose committed vectors.npy is cut to ``keep`` bytes; returns (photos folder,
     query path, the ranked list the intact index gave)."""
@@ -54,7 +67,7 @@ def truncated_vectors(tmp_path, pool, query, keep):
     q = photos / query.name
     want = ranked(idx, q)
     idx.close()
-    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec = segment_file(tmp_path, "vectors.npy")
     vec.write_bytes(vec.read_bytes()[:keep])
     return photos, q, want
 
@@ -67,7 +80,7 @@ def test_truncated_state_falls_back_then_repair_equals_a_fresh_build(tmp_path, p
     idx, photos = build(tmp_path, pool)
     q = photos / pool[1].name
     want = ranked(idx, q)           # what the intact index answers: the repaired one must answer the same
-    vec = tmp_path / "i" / "gens" / "00000002" / "vectors.npy"
+    vec = segment_file(tmp_path, "vectors.npy")
     vec.write_bytes(vec.read_bytes()[: vec.stat().st_size // 2])
     again = Index.open(tmp_path / "i")
     got = ranked(again, q)                                   # generation 1: the 6 first images still searchable
@@ -87,7 +100,7 @@ def test_flipped_byte_is_found_by_check_and_repaired(tmp_path, pool, kind):
     idx, photos = build(tmp_path, pool, preset=None if kind == "global" else binary_preset())
     q = photos / pool[2].name
     want = ranked(idx, q)
-    vec = tmp_path / "i" / "gens" / "00000002" / ("vectors.npy" if kind == "global" else "codes.npy")
+    vec = segment_file(tmp_path, "vectors.npy" if kind == "global" else "codes.npy")
     data = bytearray(vec.read_bytes())
     data[-7] ^= 0x40                                         # same size: only the checksum tells
     vec.write_bytes(bytes(data))
@@ -102,8 +115,7 @@ def test_no_intact_generation_is_one_line_until_repaired(tmp_path, pool):
     idx, photos = build(tmp_path, pool)
     q = photos / pool[0].name
     want = ranked(idx, q)
-    for g in ("00000001", "00000002"):
-        (tmp_path / "i" / "gens" / g / "ids.npy").write_bytes(b"")
+    segment_file(tmp_path, "ids.npy", gen=1).write_bytes(b"")   # the segment both generations share
     res = run(["query", str(q), "--index", str(tmp_path / "i")])
     assert res.exit_code == 1 and "ids.npy" in res.output and "check --repair" in res.output
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1

@@ -20,15 +20,27 @@ from retrieval.engine.presets import load_preset
 from retrieval.rerank.spatial import distinct_inliers, plausible_transform
 
 
-def backend_with(vectors, ids, search=None, **index):
+def backend_with(rows, ids, search=None, **index):
+    vectors = rows
     preset = load_preset("default")
     preset["index"] = dict(preset["index"], **index)
     preset["search"] = dict(preset["search"], **(search or {}))
     b = GlobalBackend(preset)
-    b.stage._ids = np.asarray(ids, np.int64)          # the first stage's state, set as a generation would hold it
-    b.stage._vectors = np.asarray(vectors, np.float32)
+    if len(ids):
+        b.add_vectors(np.asarray(ids, np.int64), np.asarray(vectors, np.float32))
     b.encoder.projection = None
     return b
+
+
+def save_generation(backend, tmp_path, gen: int = 1):
+    """``backend``'s state saved as generation ``gen`` of an index folder under ``tmp_path``, its new segments
+    renamed into place as a publish does (retrieval.engine.segments); returns the generation folder."""
+    folder = tmp_path / "gens" / f"{gen:08d}"
+    folder.mkdir(parents=True)
+    backend.save_state(folder)
+    for seg in (tmp_path / "segments").glob("*.tmp"):
+        seg.rename(seg.with_name(seg.name[:-len(".tmp")]))
+    return folder
 
 
 def unit_rows(n, d, seed):
@@ -58,10 +70,9 @@ def test_ivfadc_with_all_lists_and_full_shortlist_equals_exhaustive(tmp_path, da
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
     b.encoder.local_pca = type("P", (), {"n_components": 4})()  # only .dim is read when saving
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
-    b.save_state(tmp_path)
-    assert (tmp_path / "ivfadc").is_dir()
+    gen = save_generation(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
-    c.load_state(tmp_path)
+    c.load_state(gen)
     assert c.stage.ivf is not None and np.array_equal(c.ids, ids)
     for q in Q:
         got = [h.id for h in c.first_stage(q, 10)]
@@ -73,9 +84,9 @@ def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
     b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
-    b.save_state(tmp_path)
+    gen = save_generation(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
-    c.load_state(tmp_path)
+    c.load_state(gen)
     recall = np.mean([len(set(h.id for h in c.first_stage(q, 10)) & set(exact_top(V, ids, q, 10))) / 10
                       for q in Q])
     assert recall >= 0.9
@@ -96,10 +107,10 @@ def test_below_min_images_is_exhaustive_and_remove_drops_ids(tmp_path, data):
     b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
     b.remove(ids[:10])
-    b.save_state(tmp_path)
-    assert not (tmp_path / "ivfadc").exists()
+    gen = save_generation(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [])
-    c.load_state(tmp_path)
+    c.load_state(gen)
+    assert c.stage.ivf is None
     got = [h.id for h in c.first_stage(Q[0], 300)]
     assert len(got) == 290 and not set(got) & set(ids[:10].tolist())
     stored = V.astype(np.float16).astype(np.float32)   # the vectors as the generation stores them
@@ -123,16 +134,19 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
     preset = load_preset("default")
     preset["index"] = {"type": "adc", "M": 8, "nbits": 6}
     b = make_backend(preset)
-    assert isinstance(b.stage, CodesStage)
-    pq = b.stage.pq = ProductQuantizer(M=8, nbits=6, random_state=0).fit(V)
-    b.stage._ids = ids.copy()
-    b.stage._codes = pq.encode(V)
+    assert isinstance(b.stage.base, CodesStage)
+    pq = b.stage.base.pq = ProductQuantizer(M=8, nbits=6, random_state=0).fit(V)
+    b.stage.add(ids.copy(), iter([(0, V)]))
     b.remove(ids[:5])
-    b.save_state(tmp_path)
+    b.encoder.local_pca = type("P", (), {"n_components": 4})()
+    b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
+    gen = save_generation(b, tmp_path)
     c = make_backend(preset)
-    c.stage.pq = pq
-    c.load_state(tmp_path)
-    decoded = pq.decode(np.asarray(c.stage._codes))
+    c.stage.base.pq = pq
+    c.load_state(gen)
+    [segment] = c.stage.segments
+    assert np.array_equal(segment.stage.ids, c.ids)
+    decoded = pq.decode(np.asarray(segment.stage.row_arrays()["codes"]))
     for q in Q[:5]:
         d = ((decoded - q) ** 2).sum(axis=1)
         order = np.lexsort((c.ids, d))[:10]
@@ -158,7 +172,7 @@ def test_make_backend_composes_one_first_stage_per_index_type():
     for name, stage, kind in (("default", VectorStage, "global"), ("paper-002-fisher64-adc16x8", CodesStage, "global"),
                               ("paper-002-ivfadc", CodesStage, "global"), ("compact", BinaryStage, "binary")):
         b = make_backend(load_preset(name))
-        assert type(b) is GlobalBackend and type(b.stage) is stage and b.kind == kind, name
+        assert type(b) is GlobalBackend and type(b.stage.base) is stage and b.kind == kind, name
         assert b.encodes_vectors == (stage is VectorStage) and b.shardable == (stage is VectorStage)
     assert type(make_backend(load_preset("object"))) is ObjectBackend
 
@@ -243,7 +257,7 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
                                        vectors_of=lambda ids: b.vectors_of(ids, None), depth=depth, shortlist=50)
 
     V, ids, _ = data
-    b = backend_with(V[:200], ids[:200], search={"shortlist": 50})
+    b = backend_with(V[:200], ids[:200], search={"shortlist": 50}, vectors="float32")
     q = V[0].copy()  # the query is indexed image ids[0]
     first = finish_ranking(b.first_stage(q, 60), reranked=False)
     assert first[0].id == ids[0]

@@ -1,0 +1,136 @@
+"""Incremental generations in the application: ten syncs with adds and removes rank like one build of the same
+images with the same trained model (every bundled preset), a sync that changes nothing writes nothing, `retrieval
+compact` merges the segments without changing a list, and an index of the previous format (one complete state in
+the generation folder) opens, searches and is converted by its next sync."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from conftest import FEATURE_CACHE
+from helpers import make_pool
+
+from retrieval.app.index import Index
+from retrieval.app.integrity import write_manifest
+from retrieval.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    return make_pool(tmp_path_factory.mktemp("pool"), side=160)
+
+
+def ranked(idx, queries, k=8):
+    return [[(h.path, round(h.score, 5)) for h in idx.search(str(q), k=k)] for q in queries]
+
+
+def grow(idx, photos, pool, rounds=10):
+    """``rounds`` syncs of ``photos``: the first with 6 photos of ``pool``, then each adding two and deleting one
+    (the oldest still there)."""
+    present = []
+    for p in pool[:6]:
+        shutil.copy(p, photos / p.name)
+        present.append(p.name)
+    idx.sync(photos)
+    nxt = 6
+    for _ in range(rounds - 1):
+        for p in pool[nxt:nxt + 2]:
+            shutil.copy(p, photos / p.name)
+            present.append(p.name)
+        nxt += 2
+        (photos / present.pop(0)).unlink()
+        idx.sync(photos)
+    return [photos / n for n in present]
+
+
+@pytest.mark.parametrize("preset", ["default", "compact", "accurate", "object"])
+def test_ten_incremental_syncs_rank_like_one_build_with_the_same_model(tmp_path, pool, preset):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    inc = Index.create(tmp_path / "inc", preset, feature_store=FEATURE_CACHE, train_on="generic")
+    present = grow(inc, photos, pool)
+    assert inc.catalog.count("indexed") == len(present) == 6 + 9
+    one = Index.create(tmp_path / "one", preset, feature_store=FEATURE_CACHE, model=tmp_path / "inc")
+    one.sync(photos)
+    queries = present[::3]
+    assert ranked(inc, queries) == ranked(one, queries)
+    info = inc.searcher().backend.segment_info()
+    if preset in ("default", "compact"):   # the segmented presets kept more than one segment
+        assert info["segments"] > 1 and info["live"] == len(present)
+
+
+def test_a_sync_that_changes_nothing_writes_nothing(tmp_path, pool):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    idx = Index.create(tmp_path / "i", "default", feature_store=FEATURE_CACHE, train_on="generic")
+    grow(idx, photos, pool, rounds=2)
+    files = {p: p.stat().st_mtime_ns for p in (tmp_path / "i").rglob("*") if p.is_file()
+             and "catalog" not in p.name and p.name != ".lock"}
+    gen = idx.catalog.generation()
+    report = idx.sync(photos)
+    assert report.added == report.removed == report.moved == 0 and report.generation == gen
+    assert idx.catalog.generation() == gen
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "i").rglob("*") if p.is_file()
+             and "catalog" not in p.name and p.name != ".lock"}
+    assert after == files
+    assert idx.catalog.runs()[-1]["status"] == "done"
+
+
+def test_compact_merges_the_segments_and_keeps_every_list(tmp_path, pool):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    idx = Index.create(tmp_path / "i", "default", feature_store=FEATURE_CACHE, train_on="generic")
+    present = grow(idx, photos, pool, rounds=5)
+    want = ranked(idx, present)
+    assert idx.searcher().backend.segment_info()["segments"] > 1
+    res = CliRunner().invoke(main, ["compact", "--index", str(tmp_path / "i"), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["segments_before"] > 1 and out["segments_after"] == 1 and out["images"] == len(present)
+    again = Index.open(tmp_path / "i")
+    assert again.searcher().backend.segment_info()["segments"] == 1
+    assert ranked(again, present) == want
+    assert len(list((tmp_path / "i" / "segments").iterdir())) <= 1 + out["segments_before"]   # the old ones: for
+    # the previous generation only, removed by the next writer
+
+
+def to_previous_format(index_dir):
+    """Rewrite the committed generation of a one-segment index as the previous format wrote it: the segment's
+    files (a complete state of format version 1) in the generation folder, no ``segments/``."""
+    idx = Index.open(index_dir)
+    gen = idx.folder.gen_dir(idx.catalog.generation())
+    [seg] = idx.folder.segment_dirs(idx.catalog.generation())
+    idx.close()
+    for p in gen.iterdir():
+        p.unlink()
+    for p in seg.iterdir():
+        shutil.move(str(p), gen / p.name)
+    shutil.rmtree(index_dir / "segments")
+    for other in (index_dir / "gens").iterdir():
+        if other != gen:
+            shutil.rmtree(other)
+    write_manifest(gen)
+    assert json.loads((gen / "state.json").read_text())["format_version"] == 1
+
+
+def test_an_index_of_the_previous_format_opens_and_its_next_sync_converts_it(tmp_path, pool):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    idx = Index.create(tmp_path / "i", "default", feature_store=FEATURE_CACHE, train_on="generic")
+    present = grow(idx, photos, pool, rounds=3)
+    idx.compact()
+    want = ranked(idx, present)
+    idx.close()
+    to_previous_format(tmp_path / "i")
+    old = Index.open(tmp_path / "i")
+    assert ranked(old, present) == want
+    res = CliRunner().invoke(main, ["check", "--index", str(tmp_path / "i")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    shutil.copy(pool[-1], photos / pool[-1].name)
+    old.sync(photos)
+    state = json.loads((old.folder.gen_dir(old.catalog.generation()) / "state.json").read_text())
+    assert state["format_version"] == 2 and [s["rows"] for s in state["segments"]] == [len(present) + 1]
+    assert ranked(Index.open(tmp_path / "i"), present)[0][0] == want[0][0]
