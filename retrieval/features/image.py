@@ -13,8 +13,8 @@ Conventions (documented in docs/formats.md, "Features"):
   first decoded reduced by an integer factor that keeps both sides at least the working size, then resized exactly
   as a full decode would be. A JPEG (and a camera's multi-picture JPEG, MPO) is reduced by 2, 4 or 8 inside its
   decoder (Pillow's ``draft``: DCT scaling, about 3x faster than a full decode at 12 megapixels); any other
-  format is decoded in full and box-averaged by ``Image.reduce(f)`` for ``f >= 2`` before its gray conversion
-  (less memory, no faster). The working image differs from a full decode's by a few grey levels on edges, so the
+  format is decoded in full and box-averaged by ``Image.reduce(f)`` (``f >= 2`` dividing both sides) before its
+  gray conversion (less memory, no faster). The working image differs from a full decode's by a few grey levels on edges, so the
   features do too: :class:`retrieval.features.FeatureExtractor` names its decoder in its configuration.
 """
 
@@ -351,12 +351,15 @@ def _drafts(reduce: str, fmt, mode: str) -> bool:
 
 def _reduce_factor(reduce: str, fmt, mode: str, info, size, target) -> int:
     """The ``Image.reduce`` factor for a decoded image of ``size`` and working size ``target`` (same axes): the
-    largest integer keeping both sides at least the target, 1 (no reduction) below 2, for a JPEG already drafted and
-    for the modes outside :data:`REDUCE_IMAGE_MODES`."""
+    largest integer dividing both sides that keeps them at least the target (a partial block at the edge would
+    shift the working image by up to half a pixel); 1 (no reduction) when there is none >= 2, for a JPEG already
+    drafted and for the modes outside :data:`REDUCE_IMAGE_MODES`."""
     if reduce != "all" or fmt in DRAFT_FORMATS or mode not in REDUCE_IMAGE_MODES or "transparency" in info:
         return 1
-    f = min(size[0] // target[0], size[1] // target[1])
-    return f if f >= 2 else 1
+    for f in range(min(size[0] // target[0], size[1] // target[1]), 1, -1):
+        if size[0] % f == 0 and size[1] % f == 0:
+            return f
+    return 1
 
 
 def _draft_size(fmt: str, mode: str, size, target, reduce: str = "all") -> tuple[int, int]:
