@@ -48,7 +48,7 @@ def test_bench_extract_on_photos_enlarged_to_camera_size(tmp_path):
     res = CliRunner().invoke(main, ["bench", "extract", "--images", str(src[0]), "--workers", "1", "--rounds", "1",
                                     "--upscale-to", "2", "--json"])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)["decoding"]
+    d = json.loads(res.stdout)["decoding"]
     assert abs(d["megapixels_per_image"] - 2.0) < 0.01
     assert set(d["images_per_s"]) == {"reduced", "full_decode", "raw_pyhesaff"}
     assert all(v > 0 for v in d["images_per_s"].values()) and d["decode_s"]["full"] > 0
