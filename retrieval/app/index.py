@@ -57,6 +57,7 @@ from retrieval.engine.backend import VERIFICATION_CACHE_MB
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import check_available, load_preset, preset_config, preset_digest, preset_names
 from retrieval.features import FeatureExtractor
+from retrieval.features.extractor import DEFAULT_DECODER
 from retrieval.features.store import FeatureStore
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class Index:
                      preset_digest=preset_digest(preset), library_version=__version__,
                      feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
                      train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
-                     model=None, train_on=train_on, shards=shards)
+                     model=None, train_on=train_on, shards=shards, decoder=DEFAULT_DECODER)
         cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
         cat.close()
         os.replace(tmp, path / "catalog.db")
@@ -205,7 +206,9 @@ class Index:
     def extractor(self) -> FeatureExtractor:
         with self._lock:
             if self._extractor is None:
-                self._extractor = FeatureExtractor(**preset_config(self.preset).features.extractor_kwargs())
+                # an index made before the decoder was recorded keeps the first one: its stored features stay valid
+                self._extractor = FeatureExtractor(**preset_config(self.preset).features.extractor_kwargs(),
+                                                   decoder=int(self.catalog.get_meta("decoder", 1) or 1))
             return self._extractor
 
     @property

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.features.extractor import FeatureExtractor
+from retrieval.features.image import load_image
 from retrieval.features.parallel import ExtractionPool, extract_many
 from retrieval.rerank.matching import MATCH_DEFAULTS, apply_homography, match_descriptors, match_features
 
@@ -29,6 +30,10 @@ def bench_extract(paths, *, workers: int = 2, max_side: int = 1024, rounds: int 
     - ``images_per_s``: end to end from files (decode + detect), with 1 worker and with ``workers``;
       ``scaling`` = their ratio (the pool start-up is included); ``scaling_warm_pool``: the same with the
       pool started and warmed up before the timing (the steady state of a long indexing run).
+    - ``decoding``: photos/s in one process, best of ``rounds`` per image, of the extractor from the file
+      (``reduced``: decoded at the size needed, :func:`retrieval.features.image.load_image`), of the same with the
+      file decoded in full then resized (``full_decode``, ``reduce="none"``), and of raw pyhesaff on the working
+      images (``raw_pyhesaff``: decoding excluded); ``decode_s``: the decoding alone, both ways.
 
     Returns
     -------
@@ -69,6 +74,7 @@ def bench_extract(paths, *, workers: int = 2, max_side: int = 1024, rounds: int 
             if progress is not None:
                 progress(r * len(images) + i + 1, rounds * len(images))
     readable = [im.path for im in images]
+    decoding = _decoding(readable, ex, rounds, float(raw.sum()))
     timings, steady = {}, {}
     for w in sorted({1, int(workers)}):
         t0 = time.perf_counter()
@@ -100,8 +106,56 @@ def bench_extract(paths, *, workers: int = 2, max_side: int = 1024, rounds: int 
         "scaling": timings[1] / timings[w] if w != 1 else 1.0,
         "images_per_s_warm_pool": {str(k): len(readable) / v for k, v in steady.items()},
         "scaling_warm_pool": steady[1] / steady[w] if w != 1 else 1.0,
+        "decoding": decoding,
         "config_key": ex.config_key,
     }
+
+
+def _decoding(paths, ex, rounds: int, raw_s: float) -> dict:
+    """The ``decoding`` figures of :func:`bench_extract`: decode (+ detect) of each file with ``reduce="all"`` and
+    ``"none"``, interleaved, best of ``rounds`` per file."""
+    kw = {"max_side": ex.max_side, "max_megapixels": ex.max_megapixels, "min_side": ex.min_side}
+    best = {k: np.full(len(paths), np.inf) for k in ("decode_reduced", "decode_full", "reduced", "full_decode")}
+    sizes = []
+    for r in range(rounds):
+        for i, p in enumerate(paths):
+            for name, reduce in (("reduced", "all"), ("full_decode", "none")):
+                t0 = time.perf_counter()
+                im = load_image(p, reduce=reduce, **kw)
+                t1 = time.perf_counter()
+                ex(im)
+                t2 = time.perf_counter()
+                dec = "decode_reduced" if reduce == "all" else "decode_full"
+                best[dec][i] = min(best[dec][i], t1 - t0)
+                best[name][i] = min(best[name][i], t2 - t0)
+            if r == 0:
+                sizes.append(im.original_size[0] * im.original_size[1])
+    n = len(paths)
+    return {"megapixels_per_image": float(np.mean(sizes)) / 1e6,
+            "images_per_s": {"reduced": n / best["reduced"].sum(), "full_decode": n / best["full_decode"].sum(),
+                             "raw_pyhesaff": n / raw_s},
+            "decode_s": {"reduced": float(best["decode_reduced"].sum()), "full": float(best["decode_full"].sum())}}
+
+
+def enlarged_copies(paths, megapixels: float, folder, quality: int = 92) -> list[Path]:
+    """JPEG copies of ``paths`` in ``folder``, each enlarged (bicubic, aspect kept) to about ``megapixels``
+    million pixels: large photos for the decoding figures of :func:`bench_extract` made from any set. An image
+    already that large is copied as it is (re-encoded). Returns the copies' paths, in the order of ``paths``."""
+    from PIL import Image, ImageOps
+
+    if not megapixels > 0:
+        raise ValueError(f"megapixels must be positive; got {megapixels}.")
+    folder = Path(folder)
+    out = []
+    for i, p in enumerate(paths):
+        with Image.open(p) as im:
+            rgb = ImageOps.exif_transpose(im).convert("RGB")
+        f = max(1.0, (megapixels * 1e6 / (rgb.width * rgb.height)) ** 0.5)
+        big = rgb.resize((round(rgb.width * f), round(rgb.height * f)), Image.BICUBIC) if f > 1 else rgb
+        dest = folder / f"{i:05d}-{Path(p).stem}.jpg"
+        big.save(dest, quality=quality)
+        out.append(dest)
+    return out
 
 
 HOMOGR_PAIRS = ["Boston", "BostonLib", "BruggeSquare", "BruggeTower", "Brussels", "CapitalRegion", "Eiffel",

@@ -25,6 +25,11 @@ logger = logging.getLogger(__name__)
 FEATURES_VERSION = 1
 """Bumped when the extraction output changes for the same configuration (invalidates every cache)."""
 
+DECODERS = {1: "jpeg", 2: "all"}
+"""Decoder version -> what :func:`load_image` decodes reduced (its ``reduce``): 1 = JPEG files only (through
+0.1), 2 = JPEG and MPO by DCT scaling, other formats by ``Image.reduce`` (the default since 0.2)."""
+DEFAULT_DECODER = 2
+
 
 def frames_to_original(frames: np.ndarray, scale_xy) -> np.ndarray:
     """Map frames from working pixels to original pixels.
@@ -63,6 +68,11 @@ class FeatureExtractor:
     upscale_to : int or None, default None
         Smaller images are enlarged to this larger side (:func:`load_image`); part of the configuration key when
         set.
+    decoder : {1, 2}, default 2
+        How files larger than the working image are decoded (:data:`DECODERS`): 2 decodes every format reduced, 1
+        only JPEG files (the features of the indexes made before 0.2, which keep it). The working images differ,
+        so the features do: ``"decoder": 2`` enters the configuration when ``max_side`` is set (full-resolution
+        extraction decodes in full whatever the decoder, and keeps its key).
     max_megapixels, min_side
         Guards of :func:`load_image` (not part of the configuration key: they only decide which files load).
     **params
@@ -72,7 +82,7 @@ class FeatureExtractor:
     ----------
     config : dict
         JSON-able ``{"detector", "params" (all, defaults filled in), "max_side", "version"}``, plus ``"upscale_to"``
-        when set, plus
+        when set, plus ``"decoder"`` when not 1 and ``max_side`` is set, plus
         ``"detector_version"`` when the detector's output changed for the same parameters (hesaff with
         ``rotation_invariance=True``: 2, since the orientation-sign fix).
     config_key : str
@@ -82,15 +92,19 @@ class FeatureExtractor:
 
     def __init__(self, detector: str = "hesaff", max_side: int | None = DEFAULT_MAX_SIDE, *,
                  max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, min_side: int = DEFAULT_MIN_SIDE,
-                 upscale_to: int | None = None, **params):
+                 upscale_to: int | None = None, decoder: int = DEFAULT_DECODER, **params):
         if max_side is not None:
             check_scalar(max_side, "max_side", "FeatureExtractor", low=8)
         if upscale_to is not None:
             check_scalar(upscale_to, "upscale_to", "FeatureExtractor", low=8)
             if max_side is not None and upscale_to > max_side:
                 raise ValueError(f"FeatureExtractor: upscale_to ({upscale_to}) must not exceed max_side ({max_side}).")
+        if decoder not in DECODERS:
+            raise ValueError(f"FeatureExtractor: decoder must be one of {', '.join(map(str, DECODERS))}; "
+                             f"got {decoder!r}.")
         self.detector = detector
         self.max_side = max_side
+        self.decoder = int(decoder)
         self.max_megapixels = max_megapixels
         self.min_side = min_side
         self.upscale_to = None if upscale_to is None else int(upscale_to)
@@ -103,6 +117,8 @@ class FeatureExtractor:
             self.config["detector_version"] = detector_version
         if self.upscale_to is not None:  # only when set: the keys of existing feature stores stay valid
             self.config["upscale_to"] = self.upscale_to
+        if self.decoder != 1 and max_side is not None:  # stores of the first decoder keep their key
+            self.config["decoder"] = self.decoder
         self.config_key = config_key(self.config)
 
     @property
@@ -113,12 +129,18 @@ class FeatureExtractor:
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
         up = "" if self.upscale_to is None else f", upscale_to={self.upscale_to!r}"
+        up += "" if self.decoder == DEFAULT_DECODER else f", decoder={self.decoder!r}"
         return f"FeatureExtractor(detector={self.detector!r}, max_side={self.max_side!r}{up}{extra})"
 
     def load(self, path) -> LoadedImage:
-        """:func:`load_image` with this extractor's ``max_side`` and guards."""
+        """:func:`load_image` with this extractor's ``max_side``, guards and decoder."""
         return load_image(path, max_side=self.max_side, max_megapixels=self.max_megapixels, min_side=self.min_side,
-                          upscale_to=self.upscale_to)
+                          upscale_to=self.upscale_to, reduce=self.reduce)
+
+    @property
+    def reduce(self) -> str:
+        """The ``reduce`` of :func:`load_image` (and :func:`decode_cost`) this extractor's decoder uses."""
+        return DECODERS[self.decoder]
 
     def __call__(self, image) -> LocalFeatures:
         """Extract the features of ``image`` (a path, a :class:`LoadedImage` or a uint8 array at scale 1).

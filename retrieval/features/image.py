@@ -9,6 +9,13 @@ Conventions (documented in docs/formats.md, "Features"):
   ``x_orig = s * (x_work + 0.5) - 0.5`` (:func:`working_to_original`).
 - Colour: gray = ITU-R 601-2 luma (Pillow's ``convert("L")``); transparent pixels are composited onto white;
   CMYK goes through Pillow's CMYK -> RGB conversion; 16-bit gray is scaled by 255 / 65535.
+- Decoding at the size needed (``reduce``, :data:`REDUCE_MODES`): a file much larger than the working image is
+  first decoded reduced by an integer factor that keeps both sides at least the working size, then resized exactly
+  as a full decode would be. A JPEG (and a camera's multi-picture JPEG, MPO) is reduced by 2, 4 or 8 inside its
+  decoder (Pillow's ``draft``: DCT scaling, about 3x faster than a full decode at 12 megapixels); any other
+  format is decoded in full and box-averaged by ``Image.reduce(f)`` (``f >= 2`` dividing both sides) before its
+  gray conversion (less memory, no faster). The working image differs from a full decode's by a few grey levels on edges, so the
+  features do too: :class:`retrieval.features.FeatureExtractor` names its decoder in its configuration.
 """
 
 from __future__ import annotations
@@ -61,6 +68,18 @@ _heif_registered = False
 DEFAULT_MAX_SIDE = 1024
 DEFAULT_MAX_MEGAPIXELS = 150.0
 DEFAULT_MIN_SIDE = 16
+
+REDUCE_MODES = ("all", "jpeg", "none")
+"""What :func:`load_image` decodes reduced (its ``reduce``): ``"all"`` (the default) a JPEG or MPO through its
+decoder's DCT scaling and any other format through ``Image.reduce``; ``"jpeg"`` only files Pillow names ``JPEG``
+(the decoder of the library up to 0.1, kept for the indexes made with it); ``"none"``: every file decoded in full,
+then resized (for comparisons)."""
+
+DRAFT_FORMATS = ("JPEG", "MPO")
+DRAFT_MODES = ("L", "RGB", "YCbCr")
+REDUCE_IMAGE_MODES = ("L", "RGB", "RGBA", "LA")
+"""Pillow modes ``Image.reduce`` is used on (other modes, and files with a ``transparency`` colour key, are
+resized from their full decode)."""
 
 
 class ImageReadError(ValueError):
@@ -171,7 +190,7 @@ def _to_gray(img, path) -> np.ndarray:
 
 
 def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-               min_side: int = DEFAULT_MIN_SIDE, upscale_to: int | None = None) -> LoadedImage:
+               min_side: int = DEFAULT_MIN_SIDE, upscale_to: int | None = None, reduce: str = "all") -> LoadedImage:
     """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``
     (and, with ``upscale_to``, a small image enlarged).
 
@@ -194,6 +213,9 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         An image whose larger side is below this is enlarged (bicubic) so that its larger side is this; None (the
         default) never enlarges. Thumbnails (Holidays' 325x243) then give the detector structures of a few pixels
         more room (docs/results.md, "Small images").
+    reduce : {"all", "jpeg", "none"}, default "all"
+        Which files are decoded reduced when the working image is at most half their size (:data:`REDUCE_MODES`,
+        module doc). ``original_size``, ``scale`` and ``scale_xy`` always refer to the original file.
 
     Returns
     -------
@@ -212,6 +234,8 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     check_scalar(min_side, "min_side", "load_image", low=1)
     if upscale_to is not None:
         check_scalar(upscale_to, "upscale_to", "load_image", low=8)
+    if reduce not in REDUCE_MODES:
+        raise ValueError(f"load_image: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
     path = Path(path)
     try:
         size_bytes = os.path.getsize(path)
@@ -260,13 +284,19 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         elif upscale_to is not None and max(W, H) < upscale_to:
             f = upscale_to / max(W, H)
             target = (max(1, round(W * f)), max(1, round(H * f)))
+        # the target in the file's own axes (before the EXIF rotation)
+        shrink = None if target is None or target[0] >= W else (
+            (target[1], target[0]) if orientation in (5, 6, 7, 8) else target)
         try:
-            if target is not None and target[0] < W and img.format == "JPEG" and img.mode in ("L", "RGB", "YCbCr"):
+            pixels = img
+            if shrink is not None and _drafts(reduce, img.format, img.mode):
                 # DCT-domain reduction by a power of two, never below the target (then exact resize below)
-                req = (target[1], target[0]) if orientation in (5, 6, 7, 8) else target
-                img.draft(img.mode, req)
+                img.draft(img.mode, shrink)
             img.load()
-            oriented = ImageOps.exif_transpose(img) if orientation != 1 else img
+            factor = 1 if shrink is None else _reduce_factor(reduce, img.format, img.mode, img.info, img.size, shrink)
+            if factor > 1:
+                pixels = img.reduce(factor)   # box average; the exact resize below
+            oriented = ImageOps.exif_transpose(pixels) if orientation != 1 else pixels
             gray = _to_gray(oriented, path)
         except ImageReadError:
             raise
@@ -288,6 +318,13 @@ process loading 4000 x 3000, 8000 x 6000 and 12000 x 12000 images (RGBA 17.0 to 
 RGB 8.0, L 4.9), rounded up. Other
 modes count as RGBA."""
 
+REDUCE_BYTES_PER_PIXEL = {"L": 2, "RGB": 5, "RGBA": 9, "LA": 9}
+"""Peak bytes per pixel of the *full* decode of a file that :func:`load_image` reduces with ``Image.reduce``
+(:data:`REDUCE_IMAGE_MODES`): the decoded image and ``reduce``'s own copy (RGBA and LA are reduced premultiplied:
+one more full-size copy); the reduced image then costs :data:`DECODE_BYTES_PER_PIXEL` per reduced pixel. Measured
+as the table above, with the peak RSS of a process loading 4000 x 3000 and 8000 x 6000 PNGs to 1024 px, all pixels
+counted: L 1.7, RGB 5.1, RGBA and LA 8.7 bytes per original pixel (3.3, 7.3, 17.3 decoded in full), rounded up."""
+
 MAX_DRAFT_REDUCTION = 8
 """JPEG decoding can reduce by 2, 4 or 8 in the DCT domain (Pillow's ``draft``)."""
 
@@ -306,10 +343,29 @@ class DecodeCost:
     bytes: int
 
 
-def _draft_size(fmt: str, mode: str, size, target) -> tuple[int, int]:
+def _drafts(reduce: str, fmt, mode: str) -> bool:
+    """Whether a file of Pillow format ``fmt`` and mode ``mode`` is decoded reduced by its JPEG decoder."""
+    formats = DRAFT_FORMATS if reduce == "all" else ("JPEG",) if reduce == "jpeg" else ()
+    return fmt in formats and mode in DRAFT_MODES
+
+
+def _reduce_factor(reduce: str, fmt, mode: str, info, size, target) -> int:
+    """The ``Image.reduce`` factor for a decoded image of ``size`` and working size ``target`` (same axes): the
+    largest integer dividing both sides that keeps them at least the target (a partial block at the edge would
+    shift the working image by up to half a pixel); 1 (no reduction) when there is none >= 2, for a JPEG already
+    drafted and for the modes outside :data:`REDUCE_IMAGE_MODES`."""
+    if reduce != "all" or fmt in DRAFT_FORMATS or mode not in REDUCE_IMAGE_MODES or "transparency" in info:
+        return 1
+    for f in range(min(size[0] // target[0], size[1] // target[1]), 1, -1):
+        if size[0] % f == 0 and size[1] % f == 0:
+            return f
+    return 1
+
+
+def _draft_size(fmt: str, mode: str, size, target, reduce: str = "all") -> tuple[int, int]:
     """The size Pillow's JPEG ``draft`` decodes at for a working size ``target`` (the full size otherwise)."""
     w, h = size
-    if target is None or fmt not in ("JPEG", "MPO") or mode not in ("L", "RGB", "YCbCr") or target[0] >= w:
+    if target is None or not _drafts(reduce, fmt, mode) or target[0] >= w:
         return w, h
     for k in (MAX_DRAFT_REDUCTION, 4, 2):
         dw, dh = -(-w // k), -(-h // k)
@@ -318,15 +374,20 @@ def _draft_size(fmt: str, mode: str, size, target) -> tuple[int, int]:
     return w, h
 
 
-def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tuple[int, int] | None = None
-                ) -> DecodeCost:
-    """The memory :func:`load_image` needs for ``path`` with ``max_side``, computed from the header (no pixel is
-    decoded): the decoded size (a JPEG is decoded reduced, in the DCT domain, to what ``max_side`` needs) times
-    :data:`DECODE_BYTES_PER_PIXEL` of its mode. ``draft_box``: the size asked of a JPEG's draft instead (a
-    thumbnail asks ``(side, side)``). Raises :class:`ImageReadError` when the header is unreadable."""
+def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tuple[int, int] | None = None,
+                reduce: str = "all") -> DecodeCost:
+    """The memory :func:`load_image` needs for ``path`` with ``max_side`` and ``reduce``, computed from the header
+    (no pixel is decoded): the decoded size (a JPEG is decoded reduced, in the DCT domain, to what ``max_side``
+    needs) times :data:`DECODE_BYTES_PER_PIXEL` of its mode; for a file reduced after a full decode
+    (``Image.reduce``), the full decode (:data:`REDUCE_BYTES_PER_PIXEL`) plus the reduced image's conversions
+    (``decoded`` is then the reduced size). ``draft_box``: the size asked of a JPEG's draft instead (a thumbnail
+    asks ``(side, side)``; other formats are then costed in full). Raises :class:`ImageReadError` when the header
+    is unreadable."""
     from PIL import Image, UnidentifiedImageError
 
     register_image_plugins(path)
+    if reduce not in REDUCE_MODES:
+        raise ValueError(f"decode_cost: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -334,7 +395,8 @@ def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tup
             try:
                 with Image.open(path) as im:
                     w, h, mode, fmt = im.size[0], im.size[1], im.mode, im.format or ""
-                    alpha = "transparency" in im.info
+                    info = dict(im.info)
+                    alpha = "transparency" in info
             finally:
                 Image.MAX_IMAGE_PIXELS = saved
     except UnidentifiedImageError:
@@ -345,8 +407,13 @@ def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tup
     if max_side is not None and max(w, h) > max_side:
         f = max_side / max(w, h)
         target = (max(1, round(w * f)), max(1, round(h * f)))
-    dw, dh = _draft_size(fmt, mode, (w, h), draft_box if draft_box is not None else target)
+    dw, dh = _draft_size(fmt, mode, (w, h), draft_box if draft_box is not None else target, reduce)
     per = DECODE_BYTES_PER_PIXEL["alpha"] if alpha else DECODE_BYTES_PER_PIXEL.get(mode, DECODE_BYTES_PER_PIXEL["RGBA"])
+    factor = 1 if target is None or draft_box is not None else _reduce_factor(reduce, fmt, mode, info, (w, h), target)
+    if factor > 1:   # the full decode, then the reduced image's conversions
+        rw, rh = -(-w // factor), -(-h // factor)
+        return DecodeCost((int(w), int(h)), (int(rw), int(rh)), mode, fmt,
+                          int(w) * int(h) * REDUCE_BYTES_PER_PIXEL[mode] + int(rw) * int(rh) * per)
     return DecodeCost((int(w), int(h)), (int(dw), int(dh)), mode, fmt, int(dw) * int(dh) * per)
 
 

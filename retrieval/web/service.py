@@ -104,7 +104,8 @@ class Service:
         """A reservation of the decode budget for decoding the file at ``path`` (:class:`DecodeBudget.reserve`):
         ApiError 413 over the per-image limit, else waits for room."""
         try:
-            cost = decode_cost(path, max_side=self.max_side if max_side is None else max_side)
+            cost = decode_cost(path, max_side=self.max_side if max_side is None else max_side,
+                               reduce=self.index.extractor.reduce)
         except ImageReadError as exc:
             raise read_error(what, exc.reason) from None
         return self.budget.reserve(cost.bytes, f"{what} ({cost.size[0]}x{cost.size[1]} {cost.mode})")

@@ -14,7 +14,7 @@ from PIL import Image
 from retrieval.features.image import decode_cost, load_image
 
 
-def test_a_jpeg_is_costed_at_its_draft_size_and_other_formats_in_full(tmp_path):
+def test_a_jpeg_is_costed_at_its_draft_size_and_other_formats_reduced_after_a_full_decode(tmp_path):
     rgb = np.random.default_rng(0).integers(0, 256, (3000, 4000, 3), dtype=np.uint8)
     Image.fromarray(rgb).save(tmp_path / "a.jpg", quality=80)
     Image.fromarray(rgb).save(tmp_path / "a.png")
@@ -26,8 +26,14 @@ def test_a_jpeg_is_costed_at_its_draft_size_and_other_formats_in_full(tmp_path):
         assert im.size == c.decoded
     assert decode_cost(tmp_path / "a.jpg", max_side=None).decoded == (4000, 3000)
     assert decode_cost(tmp_path / "a.jpg", max_side=320, draft_box=(320, 320)).decoded == (500, 375)
+    # a PNG: decoded in full, then reduced by 2 (3 keeps both sides >= 1024 x 768 but does not divide 4000); the
+    # first decoder: in full
     p = decode_cost(tmp_path / "a.png", max_side=1024)
-    assert p.decoded == (4000, 3000) and p.bytes == 4000 * 3000 * 8
+    assert p.decoded == (2000, 1500) and p.bytes == 4000 * 3000 * 5 + 2000 * 1500 * 8
+    assert load_image(tmp_path / "a.png").original_size == (4000, 3000)
+    old = decode_cost(tmp_path / "a.png", max_side=1024, reduce="jpeg")
+    assert old.decoded == (4000, 3000) and old.bytes == 4000 * 3000 * 8
+    assert decode_cost(tmp_path / "a.jpg", max_side=1024, reduce="none").decoded == (4000, 3000)
     assert load_image(tmp_path / "a.jpg").original_size == (4000, 3000)
 
 
@@ -41,14 +47,15 @@ def status(key):
 
 open("/proc/self/clear_refs", "w").write("5")   # resets the peak (VmHWM) to the current RSS
 before = status("VmRSS")
-load_image(sys.argv[1])
+load_image(sys.argv[1], reduce=sys.argv[2])
 print(status("VmHWM") - before)
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the peak memory from /proc (Linux)")
+@pytest.mark.parametrize("reduce", ["all", "none"])
 @pytest.mark.parametrize("mode", ["RGBA", "RGB", "L", "I;16"])
-def test_the_estimate_bounds_the_measured_peak(tmp_path, mode):
+def test_the_estimate_bounds_the_measured_peak(tmp_path, mode, reduce):
     rng = np.random.default_rng(1)
     h, w = 2400, 3200
     if mode == "I;16":
@@ -59,9 +66,9 @@ def test_the_estimate_bounds_the_measured_peak(tmp_path, mode):
         img = Image.fromarray(arr[..., 0] if bands == 1 else arr, mode)
     path = tmp_path / "x.png"
     img.save(path)
-    cost = decode_cost(path)
+    cost = decode_cost(path, reduce=reduce)
     assert cost.mode == img.mode
-    peak = int(subprocess.run([sys.executable, "-c", MEASURE, str(path)], capture_output=True, text=True,
+    peak = int(subprocess.run([sys.executable, "-c", MEASURE, str(path), reduce], capture_output=True, text=True,
                               check=True).stdout)
     assert peak <= cost.bytes, (mode, peak >> 20, cost.bytes >> 20)
     assert cost.bytes <= 3 * max(peak, 1 << 20), (mode, peak >> 20, cost.bytes >> 20)   # not wildly above either

@@ -1,5 +1,5 @@
 """Decoding bounded by memory, measured on a server in its own process (``retrieval serve --max-decode-mb``):
-4 concurrent uploads of a 12000 x 12000 RGBA PNG (700 KB on the wire, 2.6 GB to decode) and 2 of a 16-bit gray one
+4 concurrent uploads of a 12001 x 12000 RGBA PNG (700 KB on the wire, 2.6 GB to decode) and 2 of a 16-bit gray one
 (2.2 GB to decode) while searches by id go on. Each upload is refused (413, over the per-image limit, from its
 header) or served within the budget; the server's peak RSS (VmHWM in /proc) stays under its RSS before the uploads
 plus the budget, and the searches keep answering."""
@@ -27,10 +27,11 @@ def proc_status(pid: int, key: str) -> int:
 
 
 def huge_pngs(folder):
-    """(RGBA PNG, 16-bit gray PNG), 12000 x 12000 each, mostly flat (small files)."""
+    """(RGBA PNG 12001 x 12000, 16-bit gray PNG 12000 x 12000), mostly flat (small files). The RGBA sides share no
+    factor, so that it is decoded in full (a reduced decode would cost half as much and fit)."""
     from PIL import Image
 
-    a = np.zeros((12000, 12000, 4), np.uint8)
+    a = np.zeros((12000, 12001, 4), np.uint8)
     a[::7, ::5] = 200
     rgba = folder / "huge_rgba.png"
     Image.fromarray(a, "RGBA").save(rgba, compress_level=6)
