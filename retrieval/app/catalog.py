@@ -13,25 +13,44 @@ Tables (format ``retrieval-catalog``, version 1, documented in docs/formats.md):
     ``generation`` of the search arrays, the next free image ``id``.
 ``runs``
     one row per ``sync``: start and end time, status (``running``, ``done``, ``failed``, ``interrupted``) and counts.
+``counts``
+    ``status`` -> ``n``: the number of image rows of each status, kept by triggers on ``images`` inside the
+    transaction that changes them (so it always equals ``count(*)``); a catalog made before this table existed
+    gets it, computed once, when it is first opened.
+
+Indexes on ``images``: ``path`` (unique), ``hash``, ``status``. The catalog is queried, never loaded whole by the
+application: rows by id, path or hash (:meth:`Catalog.rows_by_ids`, :meth:`Catalog.row_by_path`,
+:meth:`Catalog.rows_by_hash`), pages by keyset (:meth:`Catalog.page`), counts from ``counts``; the one O(rows)
+read is a sync's comparison with the walked files (:meth:`Catalog.scan`, tuples of six columns).
+:class:`CatalogRows` is the row lookup of a searcher.
 
 Every change of a sync is written in ONE transaction together with the new ``generation``: a crash before
-``COMMIT`` leaves the previous consistent state, a crash after leaves the new one. Readers take their snapshot
-(``generation`` + rows) inside one read transaction, which WAL mode isolates from a concurrent writer.
+``COMMIT`` leaves the previous consistent state, a crash after leaves the new one. Readers take what must agree
+(``generation`` + counts, or + a page) inside one read transaction, which WAL mode isolates from a concurrent
+writer.
+
+``catalog.backup.db`` (:meth:`Catalog.update_backup`) is kept equal to the catalog after each commit: the same
+changes are applied to it in its own transaction (a full copy only when it is missing, unreadable or not at the
+generation before the commit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
+import os
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
 
-from retrieval.core.persistence import crash_point  # noqa: F401  (re-exported for the application)
+from retrieval.core.persistence import crash_point, fsync_dir  # crash_point: also used by the application
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +61,40 @@ _IMAGE_COLUMNS = {
     "id": int, "path": str, "hash": str, "size": int, "mtime": float, "width": int, "height": int,
     "orientation": int, "n_features": int, "status": str, "error": str, "run": int,
 }
+
+SCAN_COLUMNS = ("path", "id", "size", "mtime", "status", "hash")
+"""The columns of :meth:`Catalog.scan`'s tuples, in their order."""
+
+_COUNT_TRIGGERS = {
+    "images_count_insert": """CREATE TRIGGER images_count_insert AFTER INSERT ON images BEGIN
+        INSERT INTO counts(status, n) VALUES (NEW.status, 1) ON CONFLICT(status) DO UPDATE SET n = n + 1;
+    END""",
+    "images_count_delete": """CREATE TRIGGER images_count_delete AFTER DELETE ON images BEGIN
+        UPDATE counts SET n = n - 1 WHERE status = OLD.status;
+    END""",
+    "images_count_status": """CREATE TRIGGER images_count_status AFTER UPDATE OF status ON images
+        WHEN OLD.status IS NOT NEW.status BEGIN
+        UPDATE counts SET n = n - 1 WHERE status = OLD.status;
+        INSERT INTO counts(status, n) VALUES (NEW.status, 1) ON CONFLICT(status) DO UPDATE SET n = n + 1;
+    END""",
+}
+"""The triggers that keep ``counts`` equal to ``SELECT status, count(*) FROM images GROUP BY status``."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of image rows (:meth:`Catalog.page`), ordered by id.
+
+    ``rows`` (dicts), ``generation`` (read in the same transaction), ``total`` (rows matching the filter, all
+    pages), ``more_after`` / ``more_before``: whether rows matching the filter follow the last row / precede the
+    first one (the keyset cursors of the next and previous pages are then ``rows[-1]["id"]`` and
+    ``rows[0]["id"]``)."""
+
+    rows: list
+    generation: int
+    total: int
+    more_after: bool
+    more_before: bool
 
 
 @dataclass
@@ -80,6 +133,7 @@ class Catalog:
         # one connection per thread (retrieval.app.index.Index); closable from any thread once idle
         self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), check_same_thread=False))
         self.db.execute("PRAGMA busy_timeout = 30000;")
+        self.db.execute("PRAGMA recursive_triggers = ON;")   # a row replaced by a conflict fires the delete trigger
         if create:
             self.db.enable_wal()
             self._create_tables()
@@ -97,6 +151,8 @@ class Catalog:
         if fmt != {"name": CATALOG_FORMAT, "version": CATALOG_FORMAT_VERSION}:
             raise ValueError(f"{self.path}: catalog format {fmt!r}; this library reads "
                              f"{CATALOG_FORMAT!r} version {CATALOG_FORMAT_VERSION}.")
+        if "counts" not in tables or not self._has_status_index():
+            self._add_counts()
 
     # ------------------------------------------------------------------ schema
     def _create_tables(self) -> None:
@@ -116,6 +172,31 @@ class Catalog:
                 self._set_meta_raw("format", {"name": CATALOG_FORMAT, "version": CATALOG_FORMAT_VERSION})
                 self._set_meta_raw("generation", 0)
                 self._set_meta_raw("next_id", 0)
+
+    def _has_status_index(self) -> bool:
+        return self.db.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'images_status'"
+                                    ).fetchone() is not None
+
+    def _add_counts(self) -> None:
+        """Give a catalog made before the ``counts`` table its table, triggers and status index: the counts are
+        computed once, in one transaction (another process doing the same meanwhile waits, then finds them)."""
+        conn = self.db.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise OSError(f"{self.path}: cannot add the counts to this catalog ({exc}); is it read-only?") from None
+        try:
+            conn.execute("CREATE INDEX IF NOT EXISTS images_status ON images(status)")
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'counts'").fetchone() is None:
+                conn.execute("CREATE TABLE counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+                conn.execute("INSERT INTO counts(status, n) SELECT status, count(*) FROM images GROUP BY status")
+                for sql in _COUNT_TRIGGERS.values():
+                    conn.execute(sql)
+                logger.info("%s: counts added to the catalog", self.path)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     # ------------------------------------------------------------------ meta
     def _meta_raw(self, key):
@@ -138,46 +219,168 @@ class Catalog:
                 self._set_meta_raw(k, v)
 
     # ------------------------------------------------------------------ reads
+    @contextlib.contextmanager
+    def reading(self):
+        """One read transaction: what is read inside agrees with one committed state (WAL isolates it from a
+        concurrent writer)."""
+        conn = self.db.conn
+        conn.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            conn.execute("COMMIT")
+
+    def _dicts(self, sql: str, params=()) -> list[dict]:
+        cur = self.db.conn.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
     def snapshot(self, reuse: tuple[int, list[dict]] | None = None) -> tuple[int, list[dict]]:
-        """``(generation, rows)`` read in one transaction: a consistent view during a concurrent sync.
+        """``(generation, rows)`` of EVERY row, read in one transaction (O(rows) time and memory: the application
+        queries instead; kept for scripts and tests).
 
         ``reuse``: an earlier snapshot, returned as it is when the generation has not changed since (every change
         of the image rows is committed with a new generation, :meth:`commit_sync`), saving the read of every row;
         its rows must not have been modified."""
-        conn = self.db.conn
-        conn.execute("BEGIN")
-        try:
-            gen = int(self._meta_raw("generation") or 0)
+        with self.reading():
+            gen = self.generation()
             if reuse is not None and reuse[0] == gen:
                 return reuse
-            rows = [dict(r) for r in self.db.query("SELECT * FROM images ORDER BY id")]
-        finally:
-            conn.execute("COMMIT")
-        return gen, rows
+            return gen, self.rows()
 
     def generation(self) -> int:
         """The committed generation."""
         return int(self._meta_raw("generation") or 0)
 
     def rows(self) -> list[dict]:
-        """Every image row, ordered by id."""
-        return [dict(r) for r in self.db.query("SELECT * FROM images ORDER BY id")]
+        """Every image row, ordered by id (O(rows): see :meth:`page` and :meth:`iter_rows`)."""
+        return self._dicts("SELECT * FROM images ORDER BY id")
+
+    def iter_rows(self, status: str | None = None, *, batch: int = 1000) -> Iterator[dict]:
+        """Every image row (of ``status``, when given), ordered by id, read ``batch`` rows at a time by one
+        statement (a consistent view; memory independent of the number of rows)."""
+        where, params = ("WHERE status = ?", [status]) if status is not None else ("", [])
+        cur = self.db.conn.execute(f"SELECT * FROM images {where} ORDER BY id", params)
+        names = [d[0] for d in cur.description]
+        try:
+            while chunk := cur.fetchmany(batch):
+                yield from (dict(zip(names, r, strict=True)) for r in chunk)
+        finally:
+            cur.close()
+
+    def scan(self) -> tuple[int, list[tuple]]:
+        """``(generation, rows)`` with every row as a tuple of :data:`SCAN_COLUMNS` (path, id, size, mtime,
+        status, hash), read in one transaction: what a sync compares with the files it walked."""
+        with self.reading():
+            gen = self.generation()
+            rows = self.db.conn.execute(f"SELECT {', '.join(SCAN_COLUMNS)} FROM images").fetchall()
+        return gen, rows
 
     def row_by_path(self, path) -> dict | None:
-        rows = list(self.db.query("SELECT * FROM images WHERE path = ?", [str(path)]))
-        return dict(rows[0]) if rows else None
+        rows = self._dicts("SELECT * FROM images WHERE path = ?", [str(path)])
+        return rows[0] if rows else None
 
     def row_by_id(self, image_id: int) -> dict | None:
         """The row of ``image_id`` (None when there is none, ids outside SQLite's int64 included)."""
         if not -(1 << 63) <= int(image_id) < (1 << 63):
             return None
-        rows = list(self.db.query("SELECT * FROM images WHERE id = ?", [int(image_id)]))
-        return dict(rows[0]) if rows else None
+        rows = self._dicts("SELECT * FROM images WHERE id = ?", [int(image_id)])
+        return rows[0] if rows else None
+
+    def rows_by_ids(self, ids: Iterable[int]) -> list[dict]:
+        """The rows of ``ids`` in one query, in the order of ``ids`` (ids without a row left out; a repeated id
+        gives its row each time)."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return []
+        found = {r["id"]: r for r in self._dicts(
+            "SELECT * FROM images WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(ids)])}
+        return [found[i] for i in ids if i in found]
+
+    def rows_by_hash(self, content_hash: str, status: str | None = None) -> list[dict]:
+        """The rows whose content hash is ``content_hash`` (of ``status``, when given), ordered by id."""
+        if status is None:
+            return self._dicts("SELECT * FROM images WHERE hash = ? ORDER BY id", [str(content_hash)])
+        return self._dicts("SELECT * FROM images WHERE hash = ? AND status = ? ORDER BY id",
+                           [str(content_hash), status])
+
+    def error_rows(self, limit: int) -> list[dict]:
+        """``{id, path, error}`` of the first ``limit`` rows of status ``error``, by id (the status index)."""
+        return self._dicts("SELECT id, path, error FROM images WHERE status = 'error' ORDER BY id LIMIT ?",
+                           [int(limit)])
+
+    def counts(self) -> dict[str, int]:
+        """The number of rows of each status (the ``counts`` table: one row read per status)."""
+        return {st: int(n) for st, n in self.db.conn.execute("SELECT status, n FROM counts WHERE n != 0")}
 
     def count(self, status: str | None = None) -> int:
-        if status is None:
-            return int(next(iter(self.db.query("SELECT count(*) AS n FROM images")))["n"])
-        return int(next(iter(self.db.query("SELECT count(*) AS n FROM images WHERE status = ?", [status])))["n"])
+        """The number of rows (of ``status``), from ``counts``."""
+        counts = self.counts()
+        return sum(counts.values()) if status is None else counts.get(status, 0)
+
+    def page(self, *, limit: int, after: int | None = None, before: int | None = None, offset: int | None = None,
+             status: str | None = "indexed", contains: str | None = None) -> Page:
+        """A page of at most ``limit`` rows (of ``status``; None: every status), ordered by id.
+
+        Keyset paging: ``after`` = the id of the last row of the previous page (the rows with a larger id), or
+        ``before`` = the id of the first row of the next page (the rows just before it); the cost of a page does
+        not grow with its position, and a row is never shown twice nor skipped because others were added or
+        removed between pages (the rows added meanwhile appear when their id comes, those removed do not).
+        ``offset`` (without ``after`` / ``before``) skips that many rows (SQLite still steps over them).
+        ``contains``: only paths containing this, case-insensitive (Unicode-aware lowering when it is not plain
+        ASCII; that filter scans the paths, and so does its ``total``)."""
+        if after is not None and before is not None:
+            raise ValueError("give at most one of after and before.")
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if contains:
+            if contains.isascii():
+                where.append("instr(lower(path), ?) > 0")
+                params.append(contains.lower())
+            else:
+                self.db.conn.create_function("retrieval_lower", 1, str.lower, deterministic=True)
+                where.append("instr(retrieval_lower(path), ?) > 0")
+                params.append(contains.lower())
+
+        def query(extra, extra_params, order, n, skip=None):
+            cond = " AND ".join(where + extra) or "1"
+            sql = f"SELECT * FROM images WHERE {cond} ORDER BY id {order} LIMIT ?"
+            args = [*params, *extra_params, int(n)]
+            if skip:
+                sql += " OFFSET ?"
+                args.append(int(skip))
+            return self._dicts(sql, args)
+
+        def exists(extra, extra_params) -> bool:
+            cond = " AND ".join(where + extra)
+            return self.db.conn.execute(f"SELECT 1 FROM images WHERE {cond} LIMIT 1",
+                                        [*params, *extra_params]).fetchone() is not None
+
+        limit = int(limit)
+        with self.reading():
+            gen = self.generation()
+            if contains:
+                cond = " AND ".join(where)
+                total = int(self.db.conn.execute(f"SELECT count(*) FROM images WHERE {cond}", params).fetchone()[0])
+            else:
+                total = self.count(status)
+            if before is not None:
+                rows = query(["id < ?"], [int(before)], "DESC", limit + 1)
+                more_before = len(rows) > limit
+                rows = rows[:limit][::-1]
+                more_after = exists(["id >= ?"], [int(before)])
+            else:
+                extra, extra_params = (["id > ?"], [int(after)]) if after is not None else ([], [])
+                rows = query(extra, extra_params, "ASC", limit + 1, None if after is not None else offset)
+                more_after = len(rows) > limit
+                rows = rows[:limit]
+                if rows:
+                    more_before = exists(["id < ?"], [rows[0]["id"]])
+                else:   # past the end: rows before the cursor (or skipped by the offset)
+                    more_before = exists(["id <= ?"], [int(after)]) if after is not None else bool(offset and total)
+        return Page(rows, gen, total, more_after, more_before)
 
     def runs(self) -> list[dict]:
         return [dict(r) for r in self.db.query("SELECT * FROM runs ORDER BY id")]
@@ -227,11 +430,11 @@ class Catalog:
             for j, row in enumerate(upserts):
                 if j == half:
                     crash_point("catalog")
-                self.db.execute("DELETE FROM images WHERE path = ? AND id != ?", [row["path"], int(row["id"])])
+                self.db.execute("DELETE FROM images WHERE id = ? OR path = ?", [int(row["id"]), row["path"]])
                 row = {c: row.get(c) for c in _IMAGE_COLUMNS if c != "run"}
                 cols = ", ".join(row) + ", run"
                 marks = ", ".join("?" for _ in row) + ", ?"
-                self.db.execute(f"INSERT OR REPLACE INTO images({cols}) VALUES ({marks})", [*row.values(), int(run_id)])
+                self.db.execute(f"INSERT INTO images({cols}) VALUES ({marks})", [*row.values(), int(run_id)])
             if not upserts:
                 crash_point("catalog")
             self._set_meta_raw("generation", int(generation))
@@ -253,19 +456,153 @@ class Catalog:
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
 
     def backup_to(self, path) -> None:
-        """A consistent copy of the catalog (SQLite's online backup) written atomically to ``path``: what
+        """A full consistent copy of the catalog (SQLite's online backup) written atomically to ``path`` (a
+        temporary file, fsynced, renamed), in rollback-journal mode so that the one file is the whole copy: what
         ``retrieval check --repair`` restores when ``catalog.db`` is damaged."""
-        import os
-
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         tmp.unlink(missing_ok=True)
         dst = sqlite3.connect(tmp)
         try:
             self.db.conn.backup(dst)
+            dst.execute("PRAGMA journal_mode = DELETE")
         finally:
             dst.close()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
+
+    def update_backup(self, path, changes: CatalogChanges, *, previous: int) -> str:
+        """Bring the backup at ``path`` to the catalog's committed state after a commit of ``changes`` made on
+        generation ``previous``: the same image changes (the rows read back from the catalog), the ``meta``
+        table and the runs added or still running since, in ONE transaction of the backup (cost proportional to
+        the changes). A full copy (:meth:`backup_to`) instead when the backup is missing, unreadable, made before
+        the ``counts`` table, or not at generation ``previous`` (a crash came between an earlier commit and its
+        backup). Returns ``"incremental"`` or ``"full"``."""
+        path = Path(path)
+        try:
+            if not path.exists():
+                raise LookupError("missing")
+            self._apply_to_backup(path, changes, previous)
+            return "incremental"
+        except (LookupError, sqlite3.DatabaseError) as exc:
+            logger.debug("%s: full copy (%s)", path, exc)
+        self.backup_to(path)
+        return "full"
+
+    def _apply_to_backup(self, path: Path, changes: CatalogChanges, previous: int) -> None:
+        ids = [int(r["id"]) for r in changes.upserts] + [int(m[0]) for m in changes.moves]
+        paths = [r["path"] for r in changes.upserts] + [m[1] for m in changes.moves]
+        with self.reading():
+            rows = self.rows_by_ids(ids)
+            meta = self.db.conn.execute("SELECT key, value FROM meta").fetchall()
+        bak = sqlite3.connect(path, isolation_level=None)
+        try:
+            bak.execute("PRAGMA recursive_triggers = ON")
+            if bak.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                raise LookupError("in WAL mode")
+            bak.execute("BEGIN IMMEDIATE")
+            try:
+                if bak.execute("SELECT 1 FROM sqlite_master WHERE name = 'counts'").fetchone() is None:
+                    raise LookupError("made before the counts table")
+                gen = bak.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+                if gen is None or int(json.loads(gen[0])) != int(previous):
+                    raise LookupError(f"at generation {gen and gen[0]}, not {previous}")
+                gone = json.dumps([int(i) for i in changes.deletes] + ids)
+                bak.execute("DELETE FROM images WHERE id IN (SELECT value FROM json_each(?))", [gone])
+                bak.execute("DELETE FROM images WHERE path IN (SELECT value FROM json_each(?))", [json.dumps(paths)])
+                if rows:
+                    cols = list(rows[0])
+                    bak.executemany(f"INSERT INTO images({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                                    [[r[c] for c in cols] for r in rows])
+                bak.execute("DELETE FROM meta")
+                bak.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta)
+                # runs change only while 'running' (start_run, end_running_runs, commit_sync): copy those and the new
+                last = bak.execute("SELECT coalesce(max(id), -1) FROM runs").fetchone()[0]
+                open_runs = [r[0] for r in bak.execute("SELECT id FROM runs WHERE status = 'running'")]
+                runs = self._dicts("SELECT * FROM runs WHERE id > ? OR id IN (SELECT value FROM json_each(?))",
+                                   [last, json.dumps(open_runs)])
+                if runs:
+                    cols = list(runs[0])
+                    bak.executemany(f"INSERT OR REPLACE INTO runs({', '.join(cols)}) "
+                                    f"VALUES ({', '.join('?' for _ in cols)})", [[r[c] for c in cols] for r in runs])
+                bak.execute("COMMIT")
+            except BaseException:
+                bak.execute("ROLLBACK")
+                raise
+        finally:
+            bak.close()
 
     def close(self) -> None:
         self.db.close()
+
+
+class CatalogRows:
+    """The catalog rows of a searcher, by id, read when asked (never all of them): ``rows.get(id)``,
+    ``rows[id]`` (KeyError when absent), ``id in rows``, ``rows.get_many(ids)`` (one query).
+
+    Every lookup goes through ``connection()``, the calling thread's :class:`Catalog` (an SQLite connection
+    belongs to its thread), so one :class:`CatalogRows` serves any number of threads; the rows read are kept
+    in a bounded LRU cache (``cache_rows`` rows, behind a lock). The rows returned are shared: read them, do
+    not modify them.
+
+    Consistency: a lookup reads the committed catalog, which may be of a generation NEWER than the searcher's
+    when a sync committed meanwhile. A row changed since shows its new state (a moved file its new path); a row
+    deleted since is absent (``get`` gives None): the searcher drops such a hit. Ids are never reused, so a row
+    found always describes the content the searcher's generation indexed under that id.
+    """
+
+    def __init__(self, connection: Callable[[], Catalog], cache_rows: int = 4096):
+        self._connection = connection
+        self._cache_rows = int(cache_rows)
+        self._cache: OrderedDict[int, dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _cached(self, image_id: int) -> dict | None:
+        with self._lock:
+            row = self._cache.get(image_id)
+            if row is not None:
+                self._cache.move_to_end(image_id)
+            return row
+
+    def _keep(self, rows: Iterable[dict]) -> None:
+        with self._lock:
+            for r in rows:
+                self._cache[int(r["id"])] = r
+                self._cache.move_to_end(int(r["id"]))
+            while len(self._cache) > self._cache_rows:
+                self._cache.popitem(last=False)
+
+    def get(self, image_id, default=None) -> dict | None:
+        try:
+            image_id = int(image_id)
+        except (TypeError, ValueError):
+            return default
+        row = self._cached(image_id)
+        if row is None:
+            row = self._connection().row_by_id(image_id)
+            if row is None:
+                return default
+            self._keep([row])
+        return row
+
+    def get_many(self, ids: Iterable[int]) -> dict[int, dict]:
+        """``{id: row}`` of those of ``ids`` that have a row, the missing ones read in one query."""
+        ids = [int(i) for i in ids]
+        out = {i: r for i in ids if (r := self._cached(i)) is not None}
+        missing = [i for i in dict.fromkeys(ids) if i not in out]
+        if missing:
+            rows = self._connection().rows_by_ids(missing)
+            self._keep(rows)
+            out.update((r["id"], r) for r in rows)
+        return out
+
+    def __getitem__(self, image_id) -> dict:
+        row = self.get(image_id)
+        if row is None:
+            raise KeyError(image_id)
+        return row
+
+    def __contains__(self, image_id) -> bool:
+        return self.get(image_id) is not None

@@ -184,7 +184,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         t0 = time.perf_counter()
         sync = idx.sync(db_paths, workers=workers, skip_errors=True, progress=progress)
         index_seconds = time.perf_counter() - t0
-        gen = idx.catalog.snapshot()[0]
+        gen = idx.catalog.generation()
         state_bytes = _folder_bytes(idx.path / "gens" / f"{gen:08d}")
         info = idx.info()
         n_indexed = info["indexed"]

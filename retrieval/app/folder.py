@@ -10,7 +10,11 @@ publish, each a crash point of :func:`retrieval.core.persistence.crash_point`:
 2. the folder is renamed to ``gens/<g>/`` and its parent fsynced (``publish``: renamed, not committed: ignored);
 3. the catalog changes and the new generation number are committed in ONE SQLite transaction (``catalog``:
    inside it; ``commit``: just after it);
-4. the generations no longer needed are removed and the catalog is backed up (SQLite's online backup).
+4. the generations no longer needed are removed and ``catalog.backup.db`` is brought to the new state: the same
+   changes applied in its own transaction (:meth:`Catalog.update_backup
+   <retrieval.app.catalog.Catalog.update_backup>`; a full copy when it is missing or not at the previous
+   generation: a crash between the commit and this step leaves it stale, which the next publish and
+   ``check --repair`` detect by its generation and replace).
 
 A ``kill -9`` at any step leaves the previous committed state or the new one; the next writer removes the
 leftovers. Loading (:meth:`IndexFolder.load_backend`) checks the generation against its manifest and may fall back
@@ -282,10 +286,11 @@ class IndexFolder:
         os.replace(tmp, final)
         fsync_dir(self.gens_dir)
         crash_point("publish")  # the new generation exists but is not committed: it must be ignored
+        previous = catalog.generation()
         catalog.commit_sync(run_id=changes.run_id, generation=new_gen, next_id=changes.next_id,
                             upserts=changes.upserts, deletes=changes.deletes, moves=changes.moves,
                             stats=changes.stats, extra_meta=changes.extra_meta)
         crash_point("commit")
         self.cleanup(keep=[after, new_gen] if keep_previous else [new_gen])
-        catalog.backup_to(self.path / CATALOG_BACKUP)
+        catalog.update_backup(self.path / CATALOG_BACKUP, changes, previous=previous)
         return new_gen

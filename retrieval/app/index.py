@@ -39,7 +39,7 @@ from pathlib import Path
 
 from retrieval._version import __version__
 from retrieval.app import index_roots
-from retrieval.app.catalog import Catalog
+from retrieval.app.catalog import Catalog, CatalogRows
 from retrieval.app.folder import IndexFolder
 from retrieval.app.generic_models import TRAIN_ON
 from retrieval.app.index_build import Writer
@@ -64,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 INDEX_FORMAT = "retrieval-index"
 INDEX_FORMAT_VERSION = 1
+
+ERROR_FILES_SHOWN = 100
+"""The unreadable files :meth:`Index.info` lists (the first by id; ``errors`` counts them all)."""
 
 
 @dataclass(frozen=True)
@@ -329,12 +332,13 @@ class Index:
         raise AssertionError("unreachable")
 
     def _load_searcher(self, gen: int, newest: Searcher | None) -> Searcher:
-        gen, rows = self.catalog.snapshot()   # the rows of the generation committed now (>= gen)
+        gen = self.catalog.generation()   # the generation committed now (>= gen)
         backend = self.folder.load_backend(gen, fallback=True)
         if self._search_client is not None:
             backend.use_remote(self._search_client)   # a sharded index searched on a cluster's workers
         signature = self.folder.model_signature()
-        return Searcher(generation=gen, backend=backend, rows={r["id"]: r for r in rows}, store=self.store,
+        rows = CatalogRows(lambda: self.catalog)   # each thread reads through its own connection
+        return Searcher(generation=gen, backend=backend, rows=rows, store=self.store,
                         extractor=self.extractor, cache=self.searchers.new_cache(newest, signature),
                         verify_threads=self.verify_threads, signature=signature)
 
@@ -386,18 +390,20 @@ class Index:
         indexed image ``image_id``: the verified flag, inliers and box its ranked list gives that image."""
         with single_threaded_blas():
             searcher = self.searcher()
-            if int(image_id) not in searcher.rows or searcher.rows[int(image_id)]["status"] != "indexed":
+            row = searcher.rows.get(int(image_id))
+            if row is None or row["status"] != "indexed":
                 raise ValueError(f"no indexed image with id {image_id} in the index {self.path}.")
             query = image if isinstance(image, Query) else self.query(image, bbox)
             return searcher.match(query, int(image_id))
 
     # ------------------------------------------------------------------ info
     def info(self) -> dict:
-        """Summary: preset, model, counts by status, generation, last runs, folder size."""
-        gen, rows = self.catalog.snapshot()
-        counts = {}
-        for r in rows:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        """Summary: preset, model, counts by status (the catalog's ``counts``, no row read), generation, the first
+        :data:`ERROR_FILES_SHOWN` unreadable files, last runs, folder size."""
+        cat = self.catalog
+        with cat.reading():
+            gen, counts = cat.generation(), cat.counts()
+            errors = cat.error_rows(ERROR_FILES_SHOWN)
         size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
         runs = self.catalog.runs()
         if runs and runs[-1]["status"] == "running" and not self.writer_active():
@@ -407,10 +413,10 @@ class Index:
             "preset": {"name": self.preset["name"], "version": self.preset["version"], "kind": self.preset["kind"]},
             "model": self.catalog.get_meta("model"),
             "generation": gen,
-            "images": len(rows),
+            "images": sum(counts.values()),
             "indexed": counts.get("indexed", 0),
             "errors": counts.get("error", 0),
-            "error_files": [{"path": r["path"], "error": r["error"]} for r in rows if r["status"] == "error"],
+            "error_files": [{"path": r["path"], "error": r["error"]} for r in errors],
             "roots": self.roots,
             "excluded": self.excluded,
             "bytes_on_disk": int(size),

@@ -28,6 +28,9 @@ from retrieval.features.store import file_hash
 
 logger = logging.getLogger("retrieval.app.index")
 
+PATH, ID, SIZE, MTIME, STATUS, HASH = range(6)
+"""Positions in the tuples of :meth:`Catalog.scan <retrieval.app.catalog.Catalog.scan>` (``SCAN_COLUMNS``)."""
+
 
 class Writer:
     """One sync or remove of ``index`` (its folder, this thread's catalog connection, its store and extractor);
@@ -61,9 +64,10 @@ class Writer:
                     raise FileNotFoundError(f"image {p!r} does not exist.")
         report = SyncReport()
         run_id = self.catalog.start_run(source)
-        gen, rows = self.catalog.snapshot()
+        # every row as a tuple (path, id, size, mtime, status, hash): Catalog.scan, the one O(rows) read of a sync
+        gen, rows = self.catalog.scan()
         next_id = int(self.catalog.get_meta("next_id", 0))
-        by_path = {r["path"]: r for r in rows}
+        by_path = {r[PATH]: r for r in rows}
         fileset = set(files)
 
         # 1. what changed: size + mtime first, the content hash only for candidates
@@ -76,10 +80,10 @@ class Writer:
                 report.errors.append((p, f"cannot stat: {exc}"))
                 continue
             r = by_path.get(p)
-            same = r is not None and r["size"] == stats[p][0] and r["mtime"] == stats[p][1]
-            if same and r["status"] == "indexed":
+            same = r is not None and r[SIZE] == stats[p][0] and r[MTIME] == stats[p][1]
+            if same and r[STATUS] == "indexed":
                 report.unchanged += 1
-            elif same and r["status"] == "error":
+            elif same and r[STATUS] == "error":
                 report.failed_before += 1   # reported when it failed; listed by 'retrieval info'; not retried
             else:
                 candidates.append(p)
@@ -94,38 +98,38 @@ class Writer:
             if cb:
                 cb(j + 1, len(candidates))
         close()
-        gone = [r for r in rows if r["path"] not in fileset]
+        gone = [r for r in rows if r[PATH] not in fileset]
         gone_by_hash = {}
         for r in gone:
-            if r["status"] == "indexed":
-                gone_by_hash.setdefault(r["hash"], []).append(r)
+            if r[STATUS] == "indexed":
+                gone_by_hash.setdefault(r[HASH], []).append(r)
         deletes, moves, to_add, touched, changed = [], [], [], [], set()
         for p in candidates:
             if p not in hashes:
                 continue
             r = by_path.get(p)
             h = hashes[p]
-            if r is not None and r["status"] == "indexed" and r["hash"] == h:
-                touched.append((r["id"], p, stats[p][1]))  # same content, new mtime
+            if r is not None and r[STATUS] == "indexed" and r[HASH] == h:
+                touched.append((r[ID], p, stats[p][1]))  # same content, new mtime
                 report.unchanged += 1
                 continue
             if r is not None:
-                deletes.append(r["id"])
-                if r["status"] == "indexed":
+                deletes.append(r[ID])
+                if r[STATUS] == "indexed":
                     changed.add(p)
             elif gone_by_hash.get(h):
                 old = gone_by_hash[h].pop()
-                moves.append((old["id"], p, stats[p][1]))
+                moves.append((old[ID], p, stats[p][1]))
                 report.moved += 1
                 continue
             to_add.append(p)
         moved_ids = {m[0] for m in moves}
         for r in gone:
-            if r["id"] not in moved_ids:
-                deletes.append(r["id"])
-                if r["status"] == "indexed":
+            if r[ID] not in moved_ids:
+                deletes.append(r[ID])
+                if r[STATUS] == "indexed":
                     report.removed += 1
-        n_before = sum(r["status"] == "indexed" for r in rows)
+        n_before = sum(r[STATUS] == "indexed" for r in rows)
         if report.removed > n_before / 2 and not prune:
             raise ValueError(f"this sync would remove {report.removed} of the {n_before} indexed images (their files "
                              f"are gone); nothing was changed: run again with --prune to confirm.")
@@ -207,23 +211,21 @@ class Writer:
 
     # ------------------------------------------------------------------ remove
     def remove(self, paths) -> int:
-        gen, rows = self.catalog.snapshot()
-        by_path = {r["path"]: r for r in rows}
-        by_id = {r["id"]: r for r in rows}
-        ids = []
-        for p in paths:
+        gen = self.catalog.generation()   # under the writer lock: no other commit until this one
+        ids, gone = [], []
+        for p in paths:   # each looked up by id, then by path (the catalog's indexes)
             key = int(p) if isinstance(p, (int, np.integer)) or str(p).isdigit() else None
-            r = by_id.get(key) if key is not None else None
-            r = r or by_path.get(os.path.abspath(os.path.expanduser(str(p))))
+            r = self.catalog.row_by_id(key) if key is not None else None
+            r = r or self.catalog.row_by_path(os.path.abspath(os.path.expanduser(str(p))))
             if r is None:
                 raise ValueError(f"{p!r} is not in the index (give an indexed path or id; see 'retrieval info').")
             ids.append(r["id"])
+            gone.append(r["path"])
         if not ids:
             return 0
         run_id = self.catalog.start_run(f"remove {len(ids)}")
         backend = self.folder.load_backend(gen, fallback=False)
         backend.remove(ids)
-        gone = [by_id[i]["path"] for i in ids]
         self.folder.publish(self.catalog, backend, CatalogChanges(
             run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0)), deletes=ids, stats={"removed": len(ids)},
             extra_meta={"excluded": sorted(set(self.index.excluded) | set(gone))}), after=gen)
@@ -321,7 +323,7 @@ class Writer:
                                  f"or its model-shaping keys differ from the built model's); use --train-on "
                                  f"collection.")
             return False
-        n = sum(r["status"] == "indexed" for r in rows) + sum(p not in failed for p in to_add)
+        n = sum(r[STATUS] == "indexed" for r in rows) + sum(p not in failed for p in to_add)   # rows: Catalog.scan
         if policy == "auto" and n >= int(info["use_below"]):
             return False
         meta = self.folder.import_model(generic_model(self.preset))
@@ -336,7 +338,7 @@ class Writer:
         explicit = self.catalog.get_meta("train_images")
         if explicit:
             return [(p, file_hash(p)) for p in explicit]
-        pool = {r["hash"]: r["path"] for r in rows if r["status"] == "indexed"}
+        pool = {h: p for p, _, _, _, status, h in rows if status == "indexed"}   # rows: Catalog.scan tuples
         pool.update({hashes[p]: p for p in to_add if p not in failed})
         if not pool:
             raise ValueError("no readable image to train the model on.")

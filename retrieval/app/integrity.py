@@ -21,7 +21,8 @@ logger = logging.getLogger("retrieval.app.index")
 
 MANIFEST = "manifest.json"
 CATALOG_BACKUP = "catalog.backup.db"
-"""A copy of the catalog taken after each commit (SQLite online backup), restored by ``check --repair``."""
+"""A copy of the catalog kept equal to it after each commit (:meth:`retrieval.app.catalog.Catalog.update_backup`),
+restored by ``check --repair``, which also replaces it when it is stale (not at the catalog's generation)."""
 
 __all__ = ["CATALOG_BACKUP", "MANIFEST", "DamagedError", "check_folder", "restore_catalog", "write_manifest"]
 
@@ -149,8 +150,10 @@ def repair_index(idx) -> dict:
 
 def restore_catalog(index_path) -> str | None:
     """``check --repair`` before the index can be opened: when ``catalog.db`` is damaged and the backup taken after
-    the last commit is intact, the damaged file is kept as ``catalog.db.damaged`` and the backup copied in its place.
-    Returns what was done (None: the catalog is fine); ValueError when there is nothing to restore from."""
+    the last commit is intact, the damaged file is kept as ``catalog.db.damaged`` and the backup copied in its place;
+    when ``catalog.db`` is intact but the backup is missing, damaged or stale (not at the catalog's generation: a
+    crash came between a commit and the backup's update), the backup is made again from the catalog. Returns what
+    was done (None: nothing to do); ValueError when the catalog is damaged and there is nothing to restore from."""
     import shutil
     import sqlite3
 
@@ -167,8 +170,31 @@ def restore_catalog(index_path) -> str | None:
         except sqlite3.DatabaseError:
             return False
 
+    def generation(path) -> int | None:
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                row = con.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+                return None if row is None else int(json.loads(row[0]))
+            finally:
+                con.close()
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            return None
+
     if main.exists() and healthy(main):
-        return None
+        have = generation(backup) if backup.exists() and healthy(backup) else None
+        want = generation(main)
+        if have is not None and have == want:
+            return None
+        from retrieval.app.catalog import Catalog
+
+        cat = Catalog(main)
+        try:
+            cat.backup_to(backup)
+        finally:
+            cat.close()
+        was = "missing or damaged" if have is None else f"stale: generation {have}"
+        return f"{backup.name} made again from {main.name} at generation {want} (it was {was})"
     if not backup.exists() or not healthy(backup):
         raise ValueError(f"{main}: the catalog is damaged and there is no intact backup ({backup.name}); rebuild the "
                          f"index ('retrieval index PHOTO_DIR' into a new folder).")

@@ -1,10 +1,15 @@
 """The searchable snapshot of one published generation: :class:`Searcher`, and the cache of them, :class:`Searchers`.
 
-A :class:`Searcher` is loaded once per generation (the model, the memory-mapped search arrays, the catalog rows of
-that generation) and never changes afterwards: any number of threads search it at once, without locks. What varies
-per search (the query, ``k``, the method, the verification depth, the threads) is an argument; the only shared
-mutable part is the verification cache, a thread-safe :class:`retrieval.core.cache.BytesLRU` keyed by image id
-(an id always names the same content). A new generation is a new :class:`Searcher`; :class:`Searchers` keeps the
+A :class:`Searcher` is loaded once per generation (the model, the memory-mapped search arrays, and a lookup of
+the catalog rows, :class:`retrieval.app.catalog.CatalogRows`: rows are queried by id when a search needs them,
+never all loaded) and never changes afterwards: any number of threads search it at once, without locks. What
+varies per search (the query, ``k``, the method, the verification depth, the threads) is an argument; the only
+shared mutable parts are the verification cache, a thread-safe :class:`retrieval.core.cache.BytesLRU` keyed by
+image id (an id always names the same content), and the row lookup's bounded cache (thread-safe too).
+
+Rows and generations: the lookup reads the committed catalog, which may already be of a newer generation when a
+sync committed during the search. A hit keeps its id and takes the row's current path; a hit whose row was
+deleted since is dropped from the results (and, verified, it is verified against no features). A new generation is a new :class:`Searcher`; :class:`Searchers` keeps the
 last two and hands the verification cache on when the model is the same.
 """
 
@@ -13,9 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+
+import numpy as np
 
 from retrieval.app.query import Query
 from retrieval.app.rotations import with_rotations
@@ -51,7 +56,9 @@ class Searcher:
     ----------
     generation : int
     backend : Backend — loaded with the model and the generation's state; only read from now on
-    rows : mapping id -> catalog row of this generation
+    rows : :class:`retrieval.app.catalog.CatalogRows` (or a mapping id -> catalog row) — the catalog rows, looked
+        up by id (``get``, ``[]``, ``in``; ``get_many`` when it has one); see the module docstring for which
+        generation they show
     store : FeatureStore — the index's feature store (features verified)
     extractor : FeatureExtractor — features of a database image missing from the store, and turned queries
     cache : BytesLRU — described database images kept across searches
@@ -59,11 +66,11 @@ class Searcher:
     signature : str or None — the model's manifest hash (:meth:`IndexFolder.model_signature`)
     """
 
-    def __init__(self, *, generation: int, backend: Backend, rows: Mapping[int, dict], store, extractor,
+    def __init__(self, *, generation: int, backend: Backend, rows, store, extractor,
                  cache: BytesLRU, verify_threads: int, signature: str | None = None):
         self.generation = int(generation)
         self.backend = backend
-        self.rows = MappingProxyType(dict(rows))
+        self.rows = rows
         self.store = store
         self.extractor = extractor
         self.cache = cache
@@ -79,8 +86,11 @@ class Searcher:
         return self.backend.verifier
 
     def features_of(self, image_id: int):
-        """The stored features of an indexed image of this generation (extracted again when the store lost them)."""
-        r = self.rows[int(image_id)]
+        """The stored features of an indexed image of this generation (extracted again when the store lost them);
+        no features (zero frames) when its row was deleted by a sync committed since (its hit is then dropped)."""
+        r = self.rows.get(int(image_id))
+        if r is None:
+            return _no_features(self.extractor)
         f = self.store.get(r["hash"], self.extractor.config_key)
         return self.extractor(r["path"]) if f is None else f
 
@@ -101,14 +111,22 @@ class Searcher:
                                     query_expansion=0, shortlist=n, options=dict(options))
 
             hits = with_rotations(hits, query, self.rows, k, self.extractor, turned_search)
+        rows = self._rows_of([hit.id for hit in hits])
         out = []
         for hit in hits:   # the backends build new hits for every search: completed in place
-            r = self.rows.get(hit.id)
-            if r is None:  # not in this snapshot (cannot happen with a consistent generation)
+            r = rows.get(hit.id)
+            if r is None:  # deleted by a sync committed since this generation (module docstring)
                 continue
             hit.rank, hit.path = len(out) + 1, r["path"]
             out.append(hit)
         return out
+
+    def _rows_of(self, ids) -> dict:
+        """``{id: row}`` of ``ids`` (one query when the lookup has ``get_many``)."""
+        get_many = getattr(self.rows, "get_many", None)
+        if get_many is not None:
+            return get_many(ids)
+        return {i: r for i in ids if (r := self.rows.get(i)) is not None}
 
     def _search(self, features, box, *, k, method, rerank, query_expansion, shortlist, options) -> list[Hit]:
         return self.backend.search(features, k=k, query_box=box, method=method, rerank=rerank,
@@ -126,6 +144,14 @@ class Searcher:
         return Match(outcome, query, features_b)
 
 
+def _no_features(extractor):
+    """Zero local features (what a deleted image is verified against)."""
+    from retrieval.features.types import LocalFeatures
+
+    return LocalFeatures(np.zeros((0, 6), np.float32), np.zeros((0, 128), np.uint8), (1, 1),
+                         dict(getattr(extractor, "config", None) or {}))
+
+
 def query_region_of(features):
     w, h = features.image_size
     return (0.0, 0.0, float(w - 1), float(h - 1))
@@ -135,7 +161,7 @@ class Searchers:
     """The :class:`Searcher` of the latest generations (at most two: the published one and, briefly, the one
     before), loaded once each and shared by every thread.
 
-    ``load(generation) -> Searcher`` loads one (the caller reads the rows of that generation); a searcher of the
+    ``load(generation) -> Searcher`` loads one (with a lookup of the catalog rows); a searcher of the
     same model signature as the newest cached one gets that one's verification cache."""
 
     def __init__(self, load, cache_bytes: int):

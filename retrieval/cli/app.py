@@ -355,23 +355,26 @@ def list_cmd(index_dir, status, out):
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
-    rows = []
-    if status in ("ok", "failed", "all"):
-        for r in idx.catalog.snapshot()[1]:
-            st = "ok" if r["status"] == "indexed" else "failed"
-            if status in (st, "all"):
-                rows.append({"id": r["id"], "path": r["path"], "status": st, "size": r["size"],
-                             "features": r["n_features"], **({"error": r["error"]} if r["error"] else {})})
-    if status in ("excluded", "all"):
-        rows += [{"id": None, "path": p, "status": "excluded", "size": None, "features": None} for p in idx.excluded]
+
+    def records():   # read from the catalog as they are written (never the whole catalog in memory)
+        if status in ("ok", "failed", "all"):
+            wanted = {"ok": "indexed", "failed": "error"}.get(status)
+            for r in idx.catalog.iter_rows(wanted):
+                st = "ok" if r["status"] == "indexed" else "failed"
+                yield {"id": r["id"], "path": r["path"], "status": st, "size": r["size"],
+                       "features": r["n_features"], **({"error": r["error"]} if r["error"] else {})}
+        if status in ("excluded", "all"):
+            yield from ({"id": None, "path": p, "status": "excluded", "size": None, "features": None}
+                        for p in idx.excluded)
+
     cols = ("id", "status", "size", "features", "path")
 
     def table():
         click.echo("\t".join(cols))
-        for r in rows:
+        for r in records():
             click.echo("\t".join("-" if r[k] is None else str(r[k]) for k in cols))
 
-    out.records(rows, columns=[*cols, "error"], table=table)
+    out.records(records() if not out.is_table else [], columns=[*cols, "error"], table=table)
 
 
 @main.command("presets")

@@ -54,8 +54,12 @@ class Output:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(columns)
-        for r in records:
+        for r in records:   # written as they come (records may be a generator over a large catalog)
             w.writerow([_cell(r.get(c)) for c in columns])
+            if buf.tell() > 1 << 16:
+                click.echo(buf.getvalue(), nl=False)
+                buf.seek(0)
+                buf.truncate()
         click.echo(buf.getvalue(), nl=False)
 
     def paths(self, paths) -> None:
@@ -66,17 +70,17 @@ class Output:
             click.echo(f"{p}{end}", nl=False)
 
     def records(self, records, *, columns, table, paths=None, document=None) -> None:
-        """Write ``records`` (a list of dicts) in the chosen format; ``table()`` prints the people's table,
-        ``paths`` (default: each record's ``path``) the paths, ``document`` (default: the list) the json."""
-        records = list(records)
+        """Write ``records`` (dicts: a list, or an iterable read once, kept whole only for ``json``) in the chosen
+        format; ``table()`` prints the people's table, ``paths`` (default: each record's ``path``) the paths,
+        ``document`` (default: the list) the json."""
         if self.fmt == "json":
-            self.document(records if document is None else document)
+            self.document(list(records) if document is None else document)
         elif self.fmt == "jsonl":
             self.lines(records)
         elif self.fmt == "csv":
             self.csv(records, columns)
         elif self.fmt == "paths":
-            self.paths([r["path"] for r in records] if paths is None else paths)
+            self.paths((r["path"] for r in records) if paths is None else paths)
         else:
             table()
 

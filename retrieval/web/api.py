@@ -79,12 +79,18 @@ async def search(request: Request,
 
 
 @router.get("/images", summary="A page of the indexed images")
-def images(request: Request, offset: Annotated[int, Query(ge=0)] = 0,
+def images(request: Request,
+           after: Annotated[str | None, Query(description="the 'next' cursor of the previous page")] = None,
+           before: Annotated[str | None, Query(description="the 'prev' cursor of the following page")] = None,
+           offset: Annotated[int | None, Query(ge=0, description="rows to skip (instead of a cursor)")] = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 60,
            q: Annotated[str | None, Query(description="only paths containing this (case-insensitive)")] = None):
-    """`{generation, total, offset, limit, q, images: [{id, path, width, height, n_features, status, hash, size,
-    uploaded}]}`, ordered by id."""
-    return service_of(request).images(offset=offset, limit=limit, q=q)
+    """`{generation, total, limit, q, next, prev, offset?, images: [{id, path, width, height, n_features, status,
+    hash, size, uploaded}]}`, ordered by id. Page with the opaque cursors: `next` (null on the last page) as
+    `after`, `prev` (null on the first page) as `before`; a page asked by cursor never repeats nor skips an image
+    when images are added or removed meanwhile, and costs the same wherever it is. `offset` still works (it
+    costs more the further it goes)."""
+    return service_of(request).images(after=after, before=before, offset=offset, limit=limit, q=q)
 
 
 @router.get("/images/{image_id}", summary="One image of the catalog")

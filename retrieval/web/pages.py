@@ -1,6 +1,7 @@
 """The HTML pages (Jinja2 templates in ``retrieval/web/templates``, a little plain JavaScript in ``static/app.js``):
 
-- ``/``: the grid of the indexed photos, with paging and a filter by path;
+- ``/``: the grid of the indexed photos, a filter by path, and paging by keyset (``after`` / ``before``: the
+  opaque cursors of ``GET /api/images``);
 - ``/query``: pick an indexed photo (``?id=``) or upload one, draw a box with the mouse (drag to draw, drag inside
   to move, "Clear" to remove), search; results with the matched box drawn on each verified hit;
 - ``/match?a=ID&b=ID[&box=x1,y1,x2,y2]``: the side-by-side match view with the inlier correspondences (the query
@@ -9,10 +10,7 @@
 
 from __future__ import annotations
 
-import math
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -31,11 +29,10 @@ def render(name: str, **context) -> HTMLResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def grid(request: Request, page: Annotated[int, Query(ge=1)] = 1, q: str = ""):
+def grid(request: Request, after: str | None = None, before: str | None = None, q: str = ""):
     svc = service_of(request)
-    data = svc.images(offset=(page - 1) * PER_PAGE, limit=PER_PAGE, q=q or None)
-    pages = max(1, math.ceil(data["total"] / PER_PAGE))
-    return render("grid.html", title="Photos", data=data, page=page, pages=pages, q=q)
+    data = svc.images(after=after or None, before=before or None, limit=PER_PAGE, q=q or None)
+    return render("grid.html", title="Photos", data=data, q=q)
 
 
 @router.get("/query", response_class=HTMLResponse)

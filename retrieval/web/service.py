@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import time
@@ -43,6 +45,24 @@ logger = logging.getLogger(__name__)
 
 MAX_K = 200
 """The largest number of results one search may ask for."""
+
+
+def encode_cursor(image_id: int) -> str:
+    """The opaque keyset cursor of ``GET /api/images`` that names the position after (or before) ``image_id``."""
+    return base64.urlsafe_b64encode(f"id:{int(image_id)}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, name: str) -> int:
+    """The image id of a cursor from :func:`encode_cursor`; ApiError 400 (one line) for anything else."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        kind, _, value = text.partition(":")
+        if kind == "id" and value.lstrip("-").isdigit() and -(1 << 63) <= int(value) < (1 << 63):
+            return int(value)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise ApiError(400, f"{name}={cursor!r}: not a cursor of this API (pass back the 'next' or 'prev' of a "
+                        f"previous page as it is).")
 
 
 def _public_row(row: dict, uploads: Path) -> dict:
@@ -123,9 +143,9 @@ class Service:
         """Load the model and the published generation, and run one search (compiles what is compiled on first
         use), so that the first request is not the slow one."""
         idx = self.index
-        gen, rows = idx.catalog.snapshot()
-        first = next((r for r in rows if r["status"] == "indexed"), None)
-        if gen and first is not None:
+        page = idx.catalog.page(limit=1)
+        first = page.rows[0] if page.rows else None
+        if page.generation and first is not None:
             idx.search(first["id"], k=1)
 
     def close(self) -> None:
@@ -169,26 +189,31 @@ class Service:
                                          k=int(k), rerank=rerank or None)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        hits, sizes = res.hits, {}
-        for h in hits:
-            r = idx.catalog.row_by_id(h.id)
-            if r is not None:
-                sizes[str(h.id)] = [r["width"], r["height"]]
+        hits = res.hits
+        sizes = {str(r["id"]): [r["width"], r["height"]] for r in idx.catalog.rows_by_ids([h.id for h in hits])}
         return {"generation": res.generation, "query": {"id": image_id, "box": box, "k": int(k),
                                                                 "rerank": rerank},
                 "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes}
 
-    def images(self, *, offset: int = 0, limit: int = 60, q: str | None = None) -> dict:
+    def images(self, *, after: str | None = None, before: str | None = None, offset: int | None = None,
+               limit: int = 60, q: str | None = None) -> dict:
         """A page of the indexed images (ordered by id), optionally only those whose path contains ``q``
-        (case-insensitive)."""
-        gen, rows = self.local().catalog.snapshot()
-        rows = [r for r in rows if r["status"] == "indexed"]
-        if q:
-            needle = q.lower()
-            rows = [r for r in rows if needle in r["path"].lower()]
-        page = rows[offset:offset + limit]
-        return {"generation": gen, "total": len(rows), "offset": offset, "limit": limit, "q": q or "",
-                "images": [_public_row(r, self.uploads) for r in page]}
+        (case-insensitive): by keyset, ``after`` / ``before`` being the opaque ``next`` / ``prev`` cursor of
+        another page (:meth:`Catalog.page <retrieval.app.catalog.Catalog.page>`: no row shown twice or skipped
+        when images are added or removed between pages), or by ``offset`` (older callers). ``total`` counts
+        every matching image (the catalog's counts without ``q``)."""
+        if sum(x is not None for x in (after, before, offset)) > 1:
+            raise ApiError(400, "give at most one of after, before and offset.")
+        page = self.local().catalog.page(
+            limit=int(limit), offset=offset, contains=q or None,
+            after=None if after is None else decode_cursor(after, "after"),
+            before=None if before is None else decode_cursor(before, "before"))
+        rows = page.rows
+        return {"generation": page.generation, "total": page.total, "limit": limit, "q": q or "",
+                **({"offset": offset} if offset is not None else {}),
+                "next": encode_cursor(rows[-1]["id"]) if page.more_after else None,
+                "prev": encode_cursor(rows[0]["id"]) if rows and page.more_before else None,
+                "images": [_public_row(r, self.uploads) for r in rows]}
 
     def image(self, image_id: int) -> dict:
         return _public_row(self._row(image_id, indexed=False), self.uploads)
@@ -246,12 +271,11 @@ class Service:
 
     def _add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
         idx = self.index
-        rows = idx.catalog.snapshot()[1]
-        same = [r for r in rows if r["hash"] == checked.hash and r["status"] == "indexed"]
+        same = idx.catalog.rows_by_hash(checked.hash, status="indexed")
         if same:
             discard(checked.path)
             return _public_row(same[0], self.uploads), False
-        if not idx.roots and rows:
+        if not idx.roots and idx.catalog.count():
             discard(checked.path)
             raise ApiError(409, f"{self.path} follows no folder (it was built from a list of files): an upload "
                                 f"cannot be added to it.")

@@ -143,11 +143,20 @@ def run_concurrently(world, search) -> list:
     return results
 
 
+def without(hits: list, image_id: int) -> list:
+    """``hits`` (JSON) without those of ``image_id``, ranked again."""
+    return [dict(h, rank=r) for r, h in enumerate((h for h in hits if h["id"] != image_id), 1)]
+
+
 def check(world, results):
     seen = {}
     for v, (gen, got) in results:
         assert (gen, v) in world.reference, f"generation {gen} was never published"
-        assert got == world.reference[(gen, v)], f"{v} at generation {gen} differs from its single-threaded answer"
+        want = world.reference[(gen, v)]
+        # a search of an older generation still running when the remove commits no longer finds the removed
+        # image's row: its hit is dropped (retrieval.app.searcher, "Rows and generations")
+        allowed = [want] if gen == world.g0 + 2 else [want, without(want, world.removed)]
+        assert got in allowed, f"{v} at generation {gen} differs from its single-threaded answer"
         seen[gen] = seen.get(gen, 0) + 1
     assert world.g0 in seen and world.g0 + 2 in seen, f"the searches read generations {seen}: the writer did not " \
                                                       f"publish twice during the run"

@@ -70,6 +70,24 @@ def test_info_and_paged_list(served):
     assert box["total"] == 2
 
 
+def test_images_paged_by_cursor(served):
+    _, _, client, (photos, _, _) = served
+    pages = [client.get("/api/images", params={"limit": 3}).json()]
+    assert pages[0]["prev"] is None
+    while pages[-1]["next"] is not None:
+        pages.append(client.get("/api/images", params={"limit": 3, "after": pages[-1]["next"]}).json())
+    ids = [im["id"] for p in pages for im in p["images"]]
+    everything = client.get("/api/images", params={"limit": 1000}).json()
+    assert ids == [im["id"] for im in everything["images"]] and len(pages) > 2
+    assert all(p["total"] == everything["total"] for p in pages)
+    back = client.get("/api/images", params={"limit": 3, "before": pages[1]["prev"]}).json()
+    assert back["images"] == pages[0]["images"] and back["prev"] is None
+    assert_error(client.get("/api/images", params={"after": "not-a-cursor"}), 400, "after=")
+    assert_error(client.get("/api/images", params={"after": pages[0]["next"], "offset": 3}), 400, "at most one")
+    html = client.get("/", params={"after": pages[0]["next"]}).text
+    assert f'data-id="{pages[1]["images"][0]["id"]}"' in html and 'rel="prev"' in html
+
+
 def test_image_record(served):
     _, _, client, (_, _, paths) = served
     ids = ids_by_name(client)
