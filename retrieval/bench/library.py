@@ -320,12 +320,12 @@ def _env() -> dict:
     return env
 
 
-def peak_rss_mb() -> float | None:
-    """This process's peak resident memory (``VmHWM`` of ``/proc/self/status``, MB), None without ``/proc``.
+def peak_rss_mb(pid="self") -> float | None:
+    """Peak resident memory of a process (``VmHWM`` of ``/proc/<pid>/status``, MB), None without it.
 
     Not ``ru_maxrss``: Linux keeps it across ``execve``, so a child's value starts at its parent's."""
     try:
-        with open("/proc/self/status", encoding="ascii") as fh:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024.0
@@ -334,46 +334,48 @@ def peak_rss_mb() -> float | None:
     return None
 
 
-def run_child(args, workdir: Path) -> tuple[float, str, float | None]:
-    """``python -m retrieval.bench.library ARGS`` (:func:`child_main`) in a new process; (wall seconds, stdout,
-    its peak RSS in MB). RuntimeError (one line) when it fails."""
+def run_child(cmd, workdir: Path, *, poll_rss: bool = False) -> tuple[float, str, float | None]:
+    """Run ``cmd`` in a new process; (wall seconds, stdout, its peak RSS in MB: the ``VmHWM`` it writes to the
+    file named by ``$RETRIEVAL_BENCH_HWM`` at exit (:func:`child_main`), or with ``poll_rss`` the last ``VmHWM``
+    read every 5 ms while it runs). RuntimeError (one line) when it fails."""
     out_path, err_path, hwm_path = workdir / "child.out", workdir / "child.err", workdir / "child.hwm"
     hwm_path.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "retrieval.bench.library", str(hwm_path), *map(str, args)]
+    env = dict(_env(), RETRIEVAL_BENCH_HWM=str(hwm_path))
+    rss = None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, stdout=out, stderr=err, env=_env())
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        while poll_rss and proc.poll() is None:
+            rss = peak_rss_mb(proc.pid) or rss   # a process that has exited has none: keep the last one read
+            time.sleep(0.005)
+        proc.wait()
         seconds = time.perf_counter() - t0
-    if done.returncode != 0:
+    if proc.returncode != 0:
         tail = err_path.read_text("utf-8", errors="replace").strip().splitlines()
-        raise RuntimeError(f"{' '.join(map(str, args[:2]))} failed (exit {done.returncode}): "
+        raise RuntimeError(f"{' '.join(map(str, cmd[2:5]))} failed (exit {proc.returncode}): "
                            f"{tail[-1] if tail else 'no message'} (log: {err_path})")
-    rss = json.loads(hwm_path.read_text("utf-8")) if hwm_path.is_file() else None
+    if not poll_rss:
+        rss = json.loads(hwm_path.read_text("utf-8")) if hwm_path.is_file() else None
     return seconds, out_path.read_text("utf-8"), rss
 
 
 def run_step(name: str, workdir: Path, **kwargs) -> tuple[dict, float | None]:
-    """One step of :data:`STEPS` in a new process; (its JSON result, its peak RSS in MB)."""
+    """One step of :data:`STEPS` in a new process (:func:`child_main`); (its JSON result, its peak RSS in MB)."""
     args = workdir / "child-args.json"
     args.write_text(json.dumps(kwargs), "utf-8")   # a file: a list of a million numbers exceeds argv's limits
-    _, stdout, rss = run_child(["step", name, args], workdir)
+    _, stdout, rss = run_child([sys.executable, "-m", "retrieval.bench.library", name, str(args)], workdir)
     return json.loads(stdout.strip().splitlines()[-1]), rss
 
 
 def child_main(argv) -> None:
-    """A child process: ``HWM_FILE step NAME ARGS_JSON_FILE`` (one of :data:`STEPS`, its result as one JSON line on
-    stdout) or ``HWM_FILE cli ARGS...`` (the ``retrieval`` command); the peak RSS is written to ``HWM_FILE`` at
-    exit."""
+    """A child process running ``NAME ARGS_JSON_FILE``: the step of :data:`STEPS`, its result as one JSON line on
+    stdout, its peak RSS written at exit to the file named by ``$RETRIEVAL_BENCH_HWM``."""
     import atexit
 
-    hwm_file = Path(argv[0])
-    atexit.register(lambda: hwm_file.write_text(json.dumps(peak_rss_mb()), "utf-8"))
-    if argv[1] == "cli":
-        from retrieval.cli.main import main
-
-        main(args=argv[2:], prog_name="retrieval")
-        return
-    name, kwargs = argv[2], json.loads(Path(argv[3]).read_text("utf-8"))
+    hwm_file = os.environ.get("RETRIEVAL_BENCH_HWM")
+    if hwm_file:
+        atexit.register(lambda: Path(hwm_file).write_text(json.dumps(peak_rss_mb()), "utf-8"))
+    name, kwargs = argv[0], json.loads(Path(argv[1]).read_text("utf-8"))
     sys.stdout.write(json.dumps(STEPS[name](**kwargs)) + "\n")
 
 
@@ -560,7 +562,8 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     say(f"N={n}: first answer of a new process ({FIRST_ANSWER_RUNS} runs)")
     firsts, reader = [], []
     for _ in range(FIRST_ANSWER_RUNS):
-        seconds, stdout, peak = run_child(["cli", "query", qpaths[0], "--index", index, "--format", "json"], base)
+        seconds, stdout, peak = run_child([sys.executable, "-m", "retrieval.cli", "query", qpaths[0], "--index",
+                                           str(index), "--format", "json"], base, poll_rss=True)
         if not json.loads(stdout):
             raise RuntimeError(f"'retrieval query {qpaths[0]}' answered no hit on the index {index}")
         firsts.append(seconds)
