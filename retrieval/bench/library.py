@@ -73,7 +73,7 @@ NOT_SEARCH_STATE = {"catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.b
 # ---------------------------------------------------------------------------------------------- sources
 def source_photos(data_dir) -> list[Path]:
     """The real source photos (sorted per set); ValueError (one line) when the sets are missing."""
-    real = Path(data_dir) / "real"
+    real = Path(data_dir).resolve() / "real"
     out = []
     for parts in SOURCE_SETS:
         folder = real.joinpath(*parts)
