@@ -38,16 +38,17 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import io
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -121,15 +122,18 @@ def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limi
 
 
 # ---------------------------------------------------------------------------------------------- replicas
-def replica_png(i: int) -> bytes:
-    """A distinct 8x8 RGB PNG for replica ``i`` (its pixels encode ``i``)."""
-    from PIL import Image
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    code = np.frombuffer(int(i).to_bytes(8, "little"), np.uint8)
-    pixels = np.resize(np.concatenate([code, code[::-1] ^ 0x5A, [i % 251]]).astype(np.uint8), (8, 8, 3))
-    buf = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(buf, format="PNG")
-    return buf.getvalue()
+
+def replica_png(i: int) -> bytes:
+    """A distinct 8x8 RGB PNG for replica ``i`` (its pixels encode ``i``), written directly: a PNG signature, IHDR,
+    one IDAT (each row after a filter byte 0) and IEND."""
+    code = int(i).to_bytes(8, "little")
+    pixels = ((code + bytes(b ^ 0x5A for b in code[::-1]) + bytes([i % 251])) * 12)[:8 * 8 * 3]
+    raw = b"".join(b"\x00" + pixels[24 * r:24 * (r + 1)] for r in range(8))
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0))
+            + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
 
 
 def replica_path(photos: Path, i: int) -> Path:
@@ -147,12 +151,12 @@ def write_replicas(photos: Path, numbers, sources: dict, store, key: str, sync_l
 
     numbers = sorted(int(i) for i in numbers)
     S = len(sources["hashes"])
-    by_source: dict[int, list[int]] = {}
+    by_source: dict[int, list[tuple[int, str]]] = {}
     written = 0
     for i in numbers:
         data = replica_png(i)
         path = replica_path(photos, i)
-        if not path.is_file():
+        if not path.is_file() or path.read_bytes() != data:   # missing, or written by another version
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(data)
@@ -160,13 +164,12 @@ def write_replicas(photos: Path, numbers, sources: dict, store, key: str, sync_l
             written += 1
         h = _hash_bytes(data)
         if (h, key) not in store:
-            by_source.setdefault(i % S, []).append(i)
+            by_source.setdefault(i % S, []).append((i, h))
     for s, reps in by_source.items():
         src_hash = sources["hashes"][s]
         src_entry = store.entry_path(src_hash, key)
         feats = None
-        for i in reps:
-            h = _hash_bytes(replica_png(i))
+        for i, h in reps:
             if i >= sync_limit:
                 dst = store.entry_path(h, key)
                 dst.parent.mkdir(parents=True, exist_ok=True)
