@@ -1,0 +1,621 @@
+"""A photo library of N photos on one machine, run by ``retrieval bench library`` (issue #30).
+
+What is real and what is not:
+
+- **Sources (real).** The photos of ``real/holidays805/jpg``, ``real/ukbench400`` and ``real/oxford133/jpg`` are
+  extracted once with the preset's extractor into the feature store ``WORKDIR/features`` (kept between runs; the
+  index of every run uses it as its feature store). Replica ``i`` shows source ``s(i)``: the sources in a seeded
+  random order, taken in turn, so that every N draws from the three sets alike.
+- **Photo files (synthetic).** Replica ``i`` is a distinct 8x8 PNG whose pixels encode ``i`` (so its content hash
+  is its own), at ``WORKDIR/library-<N>/photos/<i // 1000>/r<i>.png``: 1,000 photos per folder, as in a photo
+  library. The index walks, stats and hashes them like any photo.
+- **Features of a replica.** Its feature-store entry under its own content hash. Below ``sync_limit`` (10,000) it
+  is a real perturbed copy: a random 90 % of the source's features, so that the normal sync encodes each replica
+  into its own codes. From ``sync_limit`` on it is a hard link to the source's entry (an inode, not a copy).
+- **Building the index (product path).** ``Index.create`` then ``Index.sync`` of the folder, as ``retrieval index
+  DIR --index IDX`` runs them, for N <= ``sync_limit``, and for object presets (no global vectors) at any N.
+- **Bulk injection (synthetic, global presets beyond ``sync_limit`` only).** A normal sync of the first
+  ``sync_limit`` replicas (paths given explicitly) trains the model and encodes them; every further replica gets
+  the source's encoded global vector plus Gaussian noise (its own vector), re-normalised, added with
+  ``backend.add_vectors`` and published with its catalog rows by ``IndexFolder.publish`` in batches of
+  :data:`INJECT_BATCH`, the first batch recording the photo folder as the index's root (what a first folder sync
+  records). That is the glue of :func:`inject`; everything measured afterwards runs through the product paths.
+
+Then, each writer step in its own process (its peak RSS read with ``os.wait4``): a sync with nothing changed (the
+walk and stat of the same tree timed apart, ``walk_stat_s``), adding 1 and ``add_many`` (1,000) new replicas
+(their store entries made beforehand, like the other replicas: the timings are the index's work, extraction is
+``extract_s_per_photo``), removing those ``add_many`` files (deleted, then a sync), and a merge
+(``Index.compact()`` when the library has it; null otherwise). Then reading: ``retrieval query`` of a source photo
+in a new process (time to its answer and its RSS), ``queries`` searches of source photos with and without spatial
+verification (:meth:`Index.search_results` on a query built beforehand; the extraction of the query photo is
+``query_extract_p50_ms``), and ``GET /api/info`` and a page of ``GET /api/images`` from ``retrieval serve`` on
+loopback. Sizes: the search state of the committed generation (its ``gens/`` folder and any other search folder of
+the index) per photo; the feature store per photo as it would be with real photos (the mean size of the replicas'
+entries, each counted whole even when hard-linked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+SYNC_LIMIT = 10_000
+"""Replicas below this number have perturbed copies of their source's features and go through the normal sync."""
+INJECT_BATCH = 200_000
+"""Replicas injected per publish (global presets beyond ``sync_limit``)."""
+KEEP_FRACTION = 0.9
+"""Share of the source's features a perturbed copy keeps."""
+NOISE = 0.05
+"""Standard deviation of the Gaussian noise added to each coordinate of an injected unit vector (before the
+re-normalisation)."""
+PER_FOLDER = 1000
+SOURCE_SETS = (("holidays805", "jpg"), ("ukbench400",), ("oxford133", "jpg"))
+HTTP_REQUESTS = 20
+FIRST_ANSWER_RUNS = 3
+NOT_SEARCH_STATE = {"catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.backup.db", "model", "features",
+                    "thumbs", "uploads", ".lock"}
+"""Entries of an index folder that are not its search state (``gens/`` is counted for the committed generation)."""
+
+
+# ---------------------------------------------------------------------------------------------- sources
+def source_photos(data_dir) -> list[Path]:
+    """The real source photos (sorted per set); ValueError (one line) when the sets are missing."""
+    real = Path(data_dir).resolve() / "real"
+    out = []
+    for parts in SOURCE_SETS:
+        folder = real.joinpath(*parts)
+        if not folder.is_dir():
+            raise ValueError(f"{folder}: missing; 'retrieval bench library' reads the real sets holidays805, ukbench400 "
+                             f"and oxford133 of the shared data folder (--data).")
+        out += sorted(folder.glob("*.jpg"))
+    return out
+
+
+def _hash_bytes(data: bytes) -> str:
+    """:func:`retrieval.features.store.file_hash` of a file holding ``data``."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limit: int | None = None) -> dict:
+    """The source photos in a seeded random order (the first ``limit`` only, when given), their features
+    extracted into ``store`` when missing; ``record``: a JSON file keeping the extraction time of the run that
+    extracted them.
+
+    Returns ``{"paths": [...], "hashes": [...] (the source of replica i is number ``i % len(paths)``),
+    "extract_s_per_photo": wall seconds per photo of that extraction, with ``workers`` processes (None when
+    unknown), "extracted": how many this run extracted}``."""
+    from retrieval.core.persistence import write_json_atomic
+    from retrieval.features.parallel import extract_many
+    from retrieval.features.store import file_hash
+
+    paths = source_photos(data_dir)
+    paths = [paths[i] for i in np.random.default_rng(0).permutation(len(paths))][:limit]
+    hashes = [file_hash(p) for p in paths]
+    key = extractor.config_key
+    need = [i for i, h in enumerate(hashes) if (h, key) not in store]
+    t0 = time.perf_counter()
+    for j, res in extract_many([paths[i] for i in need], extractor, workers=workers):
+        if isinstance(res, Exception):
+            raise ValueError(f"{paths[need[j]]}: cannot extract the features of this source photo ({res}).")
+        store.put(hashes[need[j]], res, key)
+    seconds = time.perf_counter() - t0
+    if need:
+        write_json_atomic(record, {"extract_s_per_photo": round(seconds / len(need), 4), "photos": len(need),
+                                   "workers": workers or os.cpu_count()})
+    timing = json.loads(record.read_text("utf-8")) if record.is_file() else {}
+    return {"paths": [str(p) for p in paths], "hashes": hashes,
+            "extract_s_per_photo": timing.get("extract_s_per_photo"), "extracted": len(need)}
+
+
+# ---------------------------------------------------------------------------------------------- replicas
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def replica_png(i: int) -> bytes:
+    """A distinct 8x8 RGB PNG for replica ``i`` (its pixels encode ``i``), written directly: a PNG signature, IHDR,
+    one IDAT (each row after a filter byte 0) and IEND."""
+    code = int(i).to_bytes(8, "little")
+    pixels = ((code + bytes(b ^ 0x5A for b in code[::-1]) + bytes([i % 251])) * 12)[:8 * 8 * 3]
+    raw = b"".join(b"\x00" + pixels[24 * r:24 * (r + 1)] for r in range(8))
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0))
+            + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
+
+
+def replica_path(photos: Path, i: int) -> Path:
+    return photos / f"{i // PER_FOLDER:04d}" / f"r{i:07d}.png"
+
+
+def replica_number(path) -> int:
+    return int(Path(path).stem[1:])
+
+
+def write_replicas(photos: Path, numbers, sources: dict, store, key: str, sync_limit: int) -> int:
+    """Write the files of replicas ``numbers`` (when missing) and their feature-store entries (when missing):
+    perturbed copies below ``sync_limit``, hard links from it on (module docstring). Returns files written."""
+    from retrieval.features.types import LocalFeatures
+
+    numbers = sorted(int(i) for i in numbers)
+    S = len(sources["hashes"])
+    by_source: dict[int, list[tuple[int, str]]] = {}
+    written = 0
+    for i in numbers:
+        data = replica_png(i)
+        path = replica_path(photos, i)
+        if not path.is_file() or path.read_bytes() != data:   # missing, or written by another version
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            written += 1
+        h = _hash_bytes(data)
+        if (h, key) not in store:
+            by_source.setdefault(i % S, []).append((i, h))
+    for s, reps in by_source.items():
+        src_hash = sources["hashes"][s]
+        src_entry = store.entry_path(src_hash, key)
+        feats = None
+        for i, h in reps:
+            if i >= sync_limit:
+                dst = store.entry_path(h, key)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dst.with_name(dst.name + ".tmp")
+                tmp.unlink(missing_ok=True)
+                os.link(src_entry, tmp)
+                os.replace(tmp, dst)
+                continue
+            if feats is None:
+                feats = store.get(src_hash, key)
+            n = len(feats.descriptors)
+            keep = np.sort(np.random.default_rng(i).choice(n, max(1, int(round(KEEP_FRACTION * n))), replace=False)) \
+                if n else np.zeros(0, np.int64)
+            store.put(h, LocalFeatures(frames=feats.frames[keep], descriptors=feats.descriptors[keep],
+                                       image_size=feats.image_size, config=feats.config), key)
+    return written
+
+
+def prepare_library(photos: Path, n: int, sources: dict, store, key: str, sync_limit: int) -> int:
+    """``photos`` holds exactly replicas 0..n-1 (leftovers of an interrupted run removed); returns files written."""
+    photos.mkdir(parents=True, exist_ok=True)
+    for folder in photos.iterdir():
+        for p in folder.glob("r*.png"):
+            if replica_number(p) >= n:
+                p.unlink()
+    return write_replicas(photos, range(n), sources, store, key, sync_limit)
+
+
+# ---------------------------------------------------------------------------------------------- the writer steps
+def _sync_result(idx, report, seconds) -> dict:
+    return {"seconds": round(seconds, 3), "added": report.added, "removed": report.removed,
+            "unchanged": report.unchanged, "errors": len(report.errors), "stage_seconds": report.stage_seconds,
+            "generation": report.generation, "images": idx.catalog.count("indexed")}
+
+
+def step_build(index, photos, preset, store_dir, paths=None) -> dict:
+    """``Index.create`` then a sync of the folder ``photos`` (or of the explicit ``paths``)."""
+    from retrieval.app.index import Index
+
+    t0 = time.perf_counter()
+    idx = Index.create(index, preset=preset, feature_store=store_dir)
+    report = idx.sync(paths if paths is not None else photos, workers=1)
+    return _sync_result(idx, report, time.perf_counter() - t0)
+
+
+def step_sync(index, photos, prune: bool = False) -> dict:
+    """``Index.open`` then the sync ``retrieval index PHOTOS --index INDEX [--prune]`` runs."""
+    from retrieval.app.index import Index
+
+    t0 = time.perf_counter()
+    idx = Index.open(index)
+    report = idx.sync(photos, workers=1, prune=prune)
+    return _sync_result(idx, report, time.perf_counter() - t0)
+
+
+def step_compact(index) -> dict:
+    """``Index.compact()`` when the library has it (``seconds`` None otherwise)."""
+    from retrieval.app.index import Index
+
+    if not hasattr(Index, "compact"):
+        return {"seconds": None, "note": "Index.compact() does not exist in this version"}
+    t0 = time.perf_counter()
+    idx = Index.open(index)
+    out = idx.compact()
+    return {"seconds": round(time.perf_counter() - t0, 3), "result": out, "generation": idx.catalog.generation(),
+            "images": idx.catalog.count("indexed")}
+
+
+def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -> dict:
+    """Bulk injection (module docstring): replicas ``start``..``stop - 1`` (files and store entries present) added
+    to the index with their source's encoded vector plus noise, in publishes of :data:`INJECT_BATCH`."""
+    from retrieval.app.catalog import CatalogChanges
+    from retrieval.app.index import Index
+    from retrieval.app.index_support import file_stat
+
+    t0 = time.perf_counter()
+    idx = Index.open(index)
+    cat, folder, store, key = idx.catalog, idx.folder, idx.store, idx.extractor.config_key
+    S = len(sources["hashes"])
+    rng = np.random.default_rng(seed)
+    numbers = list(range(int(start), int(stop)))
+    with idx.writer_lock():
+        gen = cat.generation()
+        backend = folder.load_backend(gen, fallback=False)
+        if not getattr(backend, "encodes_vectors", False):
+            raise ValueError(f"preset {idx.preset['name']!r} stores no global vectors: it cannot be injected.")
+        used = sorted({i % S for i in numbers})
+        meta, vec = {}, {}
+        for s in used:
+            f = store.get(sources["hashes"][s], key)
+            meta[s] = (len(f.descriptors), f.image_size)
+            vec[s] = backend.encode([f])[0].astype(np.float32)
+        root = str(Path(photos).resolve())
+        for b in range(0, len(numbers), INJECT_BATCH):
+            batch = numbers[b:b + INJECT_BATCH]
+            next_id = int(cat.get_meta("next_id", 0))
+            ids = np.arange(next_id, next_id + len(batch), dtype=np.int64)
+            V = np.stack([vec[i % S] for i in batch])
+            V += rng.normal(0.0, NOISE, V.shape).astype(np.float32)
+            V /= np.linalg.norm(V, axis=1, keepdims=True)
+            rows = []
+            for image_id, i in zip(ids, batch, strict=True):
+                p = str(replica_path(Path(root), i))
+                size, mtime = file_stat(p)
+                n_feat, (w, h) = meta[i % S]
+                rows.append({"id": int(image_id), "path": p, "hash": _hash_bytes(replica_png(i)), "size": size,
+                             "mtime": mtime, "width": int(w), "height": int(h), "orientation": 1,
+                             "n_features": int(n_feat), "status": "indexed", "error": None})
+            backend.add_vectors(ids, V)
+            run_id = cat.start_run(f"bench library: {len(batch)} injected replicas")
+            gen = folder.publish(cat, backend, CatalogChanges(
+                run_id=run_id, next_id=next_id + len(batch), upserts=rows, stats={"added": len(batch)},
+                extra_meta={"roots": [root]}), after=gen)
+    return {"seconds": round(time.perf_counter() - t0, 3), "added": len(numbers), "generation": gen,
+            "images": cat.count("indexed")}
+
+
+def step_queries(index, queries, k: int = 10) -> dict:
+    """Searches of the query photos: each query built once (:meth:`Index.query`: extraction), then searched
+    without and with spatial verification; milliseconds per search."""
+    from retrieval.app.index import Index
+
+    idx = Index.open(index)
+    built, extract_ms = [], []
+    for q in queries:
+        t = time.perf_counter()
+        built.append(idx.query(q))
+        extract_ms.append(1000 * (time.perf_counter() - t))
+    out = {"extract_ms": extract_ms}
+    for rerank in ("none", "spatial"):
+        times, empty = [], 0
+        for q in built:
+            t = time.perf_counter()
+            res = idx.search_results(q, k=k, rerank=rerank)
+            times.append(1000 * (time.perf_counter() - t))
+            empty += not res.hits
+        out[rerank] = times
+        out[f"{rerank}_empty"] = empty
+    return out
+
+
+STEPS = {"build": step_build, "sync": step_sync, "compact": step_compact, "inject": inject, "queries": step_queries}
+
+
+# ---------------------------------------------------------------------------------------------- processes
+def _env() -> dict:
+    """The environment of a child: this checkout first on PYTHONPATH (children run this code)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def peak_rss_mb(pid="self") -> float | None:
+    """Peak resident memory of a process (``VmHWM`` of ``/proc/<pid>/status``, MB), None without it.
+
+    Not ``ru_maxrss``: Linux keeps it across ``execve``, so a child's value starts at its parent's."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def run_child(cmd, workdir: Path, *, poll_rss: bool = False) -> tuple[float, str, float | None]:
+    """Run ``cmd`` in a new process; (wall seconds, stdout, its peak RSS in MB: the ``VmHWM`` it writes to the
+    file named by ``$RETRIEVAL_BENCH_HWM`` at exit (:func:`child_main`), or with ``poll_rss`` the last ``VmHWM``
+    read every 5 ms while it runs). RuntimeError (one line) when it fails."""
+    out_path, err_path, hwm_path = workdir / "child.out", workdir / "child.err", workdir / "child.hwm"
+    hwm_path.unlink(missing_ok=True)
+    env = dict(_env(), RETRIEVAL_BENCH_HWM=str(hwm_path))
+    rss = None
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        while poll_rss and proc.poll() is None:
+            rss = peak_rss_mb(proc.pid) or rss   # a process that has exited has none: keep the last one read
+            time.sleep(0.005)
+        proc.wait()
+        seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = err_path.read_text("utf-8", errors="replace").strip().splitlines()
+        raise RuntimeError(f"{' '.join(map(str, cmd[2:5]))} failed (exit {proc.returncode}): "
+                           f"{tail[-1] if tail else 'no message'} (log: {err_path})")
+    if not poll_rss:
+        rss = json.loads(hwm_path.read_text("utf-8")) if hwm_path.is_file() else None
+    return seconds, out_path.read_text("utf-8"), rss
+
+
+def run_step(name: str, workdir: Path, **kwargs) -> tuple[dict, float | None]:
+    """One step of :data:`STEPS` in a new process (:func:`child_main`); (its JSON result, its peak RSS in MB)."""
+    args = workdir / "child-args.json"
+    args.write_text(json.dumps(kwargs), "utf-8")   # a file: a list of a million numbers exceeds argv's limits
+    _, stdout, rss = run_child([sys.executable, "-m", "retrieval.bench.library", name, str(args)], workdir)
+    return json.loads(stdout.strip().splitlines()[-1]), rss
+
+
+def child_main(argv) -> None:
+    """A child process running ``NAME ARGS_JSON_FILE``: the step of :data:`STEPS`, its result as one JSON line on
+    stdout, its peak RSS written at exit to the file named by ``$RETRIEVAL_BENCH_HWM``."""
+    import atexit
+
+    hwm_file = os.environ.get("RETRIEVAL_BENCH_HWM")
+    if hwm_file:
+        atexit.register(lambda: Path(hwm_file).write_text(json.dumps(peak_rss_mb()), "utf-8"))
+    name, kwargs = argv[0], json.loads(Path(argv[1]).read_text("utf-8"))
+    sys.stdout.write(json.dumps(STEPS[name](**kwargs)) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- measures
+def walk_stat(folder) -> tuple[float, int]:
+    """(seconds, files) of ``os.walk`` + ``os.stat`` of every file under ``folder``."""
+    t0 = time.perf_counter()
+    n = 0
+    for dirpath, _, filenames in os.walk(folder):
+        for f in filenames:
+            os.stat(os.path.join(dirpath, f))
+            n += 1
+    return time.perf_counter() - t0, n
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def search_state_bytes(index: Path, generation: int) -> int:
+    """Bytes of the committed generation's folder and of every other folder of the index that is not catalog,
+    model, feature store or web cache (:data:`NOT_SEARCH_STATE`)."""
+    total = _tree_bytes(index / "gens" / f"{generation:08d}")
+    for p in index.iterdir():
+        if p.name not in NOT_SEARCH_STATE and p.name != "gens":
+            total += _tree_bytes(p)
+    return total
+
+
+def _round(value, digits: int = 1):
+    return None if value is None else round(float(value), digits)
+
+
+def _percentile(values, q) -> float:
+    return round(float(np.percentile(values, q)), 2)
+
+
+def _start_server(index: Path, log: Path) -> tuple[subprocess.Popen, int]:
+    cmd = [sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index), "--port", "0"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=_env())
+    line = proc.stderr.readline()
+    m = re.search(r"http://[^ ]*:(\d+)/", line)
+    if m is None:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"'retrieval serve' did not start: {line.strip()}")
+
+    def drain():
+        with open(log, "w", encoding="utf-8") as fh:
+            fh.write(line)
+            for rest in proc.stderr:
+                fh.write(rest)
+
+    threading.Thread(target=drain, daemon=True).start()
+    return proc, int(m.group(1))
+
+
+def http_timings(index: Path, n_images: int, log: Path, requests: int = HTTP_REQUESTS) -> dict:
+    """p50 (ms) of ``GET /api/info`` and of ``GET /api/images`` (a page of 60 in the middle of the catalog) from
+    ``retrieval serve`` on loopback, over keep-alive connections, after one untimed request of each."""
+    proc, port = _start_server(index, log)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        for _ in range(1200):
+            try:
+                conn.request("GET", "/api/info")
+                resp = conn.getresponse()
+                resp.read()
+                break
+            except OSError:
+                conn.close()
+                time.sleep(0.1)
+        out = {}
+        for name, url in (("info", "/api/info"), ("page", f"/api/images?offset={n_images // 2}&limit=60")):
+            times = []
+            for r in range(requests + 1):
+                t = time.perf_counter()
+                conn.request("GET", url)
+                resp = conn.getresponse()
+                body = resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"GET {url}: HTTP {resp.status}: {body[:200]!r} (server log: {log})")
+                if r:
+                    times.append(1000 * (time.perf_counter() - t))
+            out[name] = times
+            if name == "page":
+                out["page_images"] = len(json.loads(body)["images"])
+        conn.close()
+        return out
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- one N
+def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: str, queries: int,
+              add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None) -> dict:
+    """Every figure for one N (module docstring); ``progress(message)`` is told each step."""
+    from retrieval.engine.presets import load_preset
+
+    say = progress or (lambda message: None)
+    kind = load_preset(preset)["kind"]
+    base = workdir / f"library-{n}"
+    photos, index = base / "photos", base / f"index-{preset}"
+    base.mkdir(parents=True, exist_ok=True)
+    store_dir = str(store.folder)
+    say(f"N={n}: photo files and feature-store entries")
+    t0 = time.perf_counter()
+    prepare_library(photos, n, sources, store, key, sync_limit)
+    prepare_s = time.perf_counter() - t0
+    shutil.rmtree(index, ignore_errors=True)
+    rss = {}
+    out = {"n": n, "preset": preset, "prepare_s": round(prepare_s, 1)}
+
+    injected = n > sync_limit and kind != "object"
+    say(f"N={n}: build ({min(n, sync_limit) if injected else n} photos through the sync)")
+    paths = [str(replica_path(photos, i)) for i in range(sync_limit)] if injected else None
+    build, rss["build"] = run_step("build", base, index=str(index), photos=str(photos), preset=preset,
+                                   store_dir=store_dir, paths=paths)
+    synced = min(n, sync_limit) if injected else n
+    out.update(built_images=build["images"], synced_photos=synced, build_s=build["seconds"],
+               add_photos_per_s=round(synced / build["seconds"], 1), build_stage_s=build["stage_seconds"],
+               encode_ms_per_photo=round(1000 * build["stage_seconds"].get("encode", 0.0) / synced, 3))
+    out["injected_photos"] = 0
+    if injected:
+        say(f"N={n}: bulk injection of {n - sync_limit} photos")
+        inj, rss["inject"] = run_step("inject", base, index=str(index), photos=str(photos),
+                                      start=sync_limit, stop=n, sources=sources)
+        out.update(injected_photos=inj["added"], inject_s=inj["seconds"],
+                   inject_photos_per_s=round(inj["added"] / inj["seconds"], 1), built_images=inj["images"])
+
+    say(f"N={n}: no-change sync")
+    nochange, rss["nochange_sync"] = run_step("sync", base, index=str(index), photos=str(photos))
+    ws, files = walk_stat(photos)
+    out.update(nochange_sync_s=nochange["seconds"], nochange_added=nochange["added"],
+               nochange_stage_s=nochange["stage_seconds"], walk_stat_s=round(ws, 3), walk_stat_files=files)
+
+    say(f"N={n}: add 1, add {add_many}, remove {add_many}")
+    write_replicas(photos, [n], sources, store, key, sync_limit)
+    add1, rss["add1"] = run_step("sync", base, index=str(index), photos=str(photos))
+    many = range(n + 1, n + 1 + add_many)
+    write_replicas(photos, many, sources, store, key, sync_limit)
+    addm, rss["add_many"] = run_step("sync", base, index=str(index), photos=str(photos))
+    for i in many:
+        replica_path(photos, i).unlink()
+    rem, rss["remove_many"] = run_step("sync", base, index=str(index), photos=str(photos), prune=True)
+    out.update(add1_s=add1["seconds"], add1_added=add1["added"], add_many=add_many, add1000_s=addm["seconds"],
+               add_many_added=addm["added"], remove1000_s=rem["seconds"], removed=rem["removed"])
+
+    say(f"N={n}: merge")
+    merge, rss["merge"] = run_step("compact", base, index=str(index))
+    out["merge_s"] = merge["seconds"]
+    if merge["seconds"] is None:
+        out["merge_note"] = merge["note"]
+    generation = merge.get("generation", rem["generation"])
+    images = merge.get("images", rem["images"])
+    out.update(images=images, writer_rss_mb={k: _round(v) for k, v in rss.items()},
+               writer_peak_rss_mb=_round(max((v for v in rss.values() if v is not None), default=None)))
+
+    from retrieval.app.catalog import Catalog
+
+    cat = Catalog(index / "catalog.db")
+    hashes = [r["hash"] for r in cat.db.query("SELECT hash FROM images WHERE status = 'indexed'")]
+    cat.close()
+    entry_sizes = [store.entry_path(h, key).stat().st_size for h in hashes]
+    inodes = {}
+    for h in hashes:
+        st = store.entry_path(h, key).stat()
+        inodes[(st.st_dev, st.st_ino)] = st.st_size
+    out.update(search_bytes_per_photo=round(search_state_bytes(index, generation) / images, 1),
+               feature_bytes_per_photo=round(float(np.mean(entry_sizes)), 1),
+               feature_bytes_on_disk_per_photo=round(sum(inodes.values()) / images, 1),
+               catalog_bytes_per_photo=round((index / "catalog.db").stat().st_size / images, 1),
+               model_bytes=_tree_bytes(index / "model"))
+
+    used = min(n, len(sources["paths"]))   # the sources of the replicas
+    qpaths = [sources["paths"][int(j * used / queries)] for j in range(min(queries, used))]
+    say(f"N={n}: first answer of a new process ({FIRST_ANSWER_RUNS} runs)")
+    firsts, reader = [], []
+    for _ in range(FIRST_ANSWER_RUNS):
+        seconds, stdout, peak = run_child([sys.executable, "-m", "retrieval.cli", "query", qpaths[0], "--index",
+                                           str(index), "--format", "json"], base, poll_rss=True)
+        if not json.loads(stdout):
+            raise RuntimeError(f"'retrieval query {qpaths[0]}' answered no hit on the index {index}")
+        firsts.append(seconds)
+        reader.append(peak)
+    out.update(first_answer_s=round(float(np.median(firsts)), 3), reader_rss_mb=_round(max((v for v in reader if v is not None), default=None)))
+
+    say(f"N={n}: {len(qpaths)} queries with and without verification")
+    q, rss_q = run_step("queries", base, index=str(index), queries=qpaths)
+    out.update(queries=len(qpaths), query_p50_ms=_percentile(q["none"], 50), query_p95_ms=_percentile(q["none"], 95),
+               query_verified_p50_ms=_percentile(q["spatial"], 50),
+               query_verified_p95_ms=_percentile(q["spatial"], 95),
+               query_extract_p50_ms=_percentile(q["extract_ms"], 50),
+               queries_without_hits=q["none_empty"] + q["spatial_empty"], reader_after_queries_rss_mb=_round(rss_q))
+
+    say(f"N={n}: 'retrieval serve': /api/info and /api/images")
+    web = http_timings(index, images, base / "server.log")
+    out.update(api_info_ms=_percentile(web["info"], 50), api_page_ms=_percentile(web["page"], 50),
+               api_page_images=web["page_images"], http_requests=len(web["info"]))
+    return out
+
+
+def bench_library(ns, *, preset="default", workdir="bench-library", data_dir="../shared/data", queries: int = 50,
+                  add_many: int = 1000, sync_limit: int = SYNC_LIMIT, sources: int | None = None, workers=None,
+                  progress=None):
+    """Yield the figures of :func:`bench_one` for each N of ``ns`` (the sources extracted first, when missing;
+    ``sources``: use only that many source photos)."""
+    from retrieval.engine.presets import load_preset, preset_config
+    from retrieval.features import FeatureExtractor
+    from retrieval.features.store import FeatureStore
+
+    for n in ns:
+        if int(n) < 1:
+            raise ValueError(f"--n must be at least 1; got {n}.")
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    p = load_preset(preset)
+    extractor = FeatureExtractor(**preset_config(p).features.extractor_kwargs())
+    store = FeatureStore(workdir / "features")
+    if progress:
+        progress("source photos: features into the feature store (once)")
+    srcs = prepare_sources(data_dir, store, extractor, workdir / f"sources-{extractor.config_key}.json",
+                              workers=workers, limit=sources)
+    for n in ns:
+        res = bench_one(int(n), preset=preset, workdir=workdir, sources=srcs, store=store,
+                        key=extractor.config_key, queries=queries, add_many=add_many, sync_limit=sync_limit,
+                        progress=progress)
+        res.update(extract_s_per_photo=srcs["extract_s_per_photo"], source_photos=len(srcs["paths"]))
+        yield res
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

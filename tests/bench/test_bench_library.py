@@ -1,0 +1,49 @@
+"""``retrieval bench library`` end to end at a tiny N: 8 real source photos, 60 replicas (40 through the normal sync,
+20 bulk-injected), the writer steps in their own processes, a ``retrieval query`` process, searches and a real
+``retrieval serve``. The figures must be consistent with what was done; no speed is asserted (figures live in
+docs/benchmarks.md, "Libraries")."""
+
+from __future__ import annotations
+
+import json
+
+from cli_world import run
+from conftest import shared_path
+
+KEYS = ("n", "preset", "add_photos_per_s", "nochange_sync_s", "walk_stat_s", "add1_s", "add1000_s", "remove1000_s",
+        "merge_s", "writer_peak_rss_mb", "reader_rss_mb", "first_answer_s", "query_p50_ms", "query_p95_ms",
+        "query_verified_p50_ms", "api_info_ms", "api_page_ms", "search_bytes_per_photo", "feature_bytes_per_photo")
+
+
+def test_bench_library_tiny_library_end_to_end(tmp_path):
+    data = shared_path()
+    shared_path("real", "oxford133", "jpg")
+    res = run(["bench", "library", "--n", "60", "--workdir", tmp_path / "w", "--data", data, "--queries", "2",
+               "--add-many", "10", "--sync-limit", "40", "--sources", "8", "--workers", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert set(KEYS) <= set(out), set(KEYS) - set(out)
+    assert (out["n"], out["preset"], out["source_photos"]) == (60, "default", 8)
+    # the build: 40 synced with their own perturbed features, 20 injected; the catalog holds the 60
+    assert (out["synced_photos"], out["injected_photos"], out["built_images"]) == (40, 20, 60)
+    # nothing changed: nothing added; every file walked; then 1 added, 10 added, the same 10 removed
+    assert out["nochange_added"] == 0 and out["walk_stat_files"] == 60
+    assert (out["add1_added"], out["add_many"], out["add_many_added"], out["removed"]) == (1, 10, 10, 10)
+    assert out["images"] == 61
+    assert out["merge_s"] is None or out["merge_s"] >= 0
+    assert out["writer_peak_rss_mb"] == max(out["writer_rss_mb"].values()) > 0
+    assert out["reader_rss_mb"] > 0 and out["first_answer_s"] > 0
+    assert out["queries"] == 2 and out["queries_without_hits"] == 0
+    assert 0 < out["query_p50_ms"] <= out["query_p95_ms"]
+    assert out["api_page_images"] == 61 - 61 // 2 and out["http_requests"] == 20
+    assert out["search_bytes_per_photo"] > 0 and out["catalog_bytes_per_photo"] > 0
+    # hard-linked entries (the 20 injected) count whole per photo, once on disk
+    assert out["feature_bytes_per_photo"] > out["feature_bytes_on_disk_per_photo"] > 0
+
+
+def test_bench_library_names_a_missing_data_folder(tmp_path):
+    res = run(["bench", "library", "--n", "10", "--workdir", tmp_path / "w", "--data", tmp_path / "nowhere"])
+    assert res.exit_code == 1
+    assert "nowhere/real/holidays805/jpg: missing" in res.output and "Traceback" not in res.output
