@@ -136,10 +136,10 @@ class AsmkScorer:
         for hit in verified:
             if len(parts) > n_qe:
                 break
-            w2, s2 = s.smk_.signatures_of(hit.id)
+            fw, _, frames, _ = s.forward(hit.id)
+            w2, s2 = s.smk_.signatures_of(hit.id, words=fw[:, 0])   # its lists only: no pass over every posting
             if len(w2) == len(hw) and np.array_equal(w2, hw) and np.array_equal(s2, own):
                 continue  # the query's own image (or an exact copy) adds nothing: skipped
-            fw, _, frames, _ = s.forward(hit.id)
             keep = np.isin(w2, fw[select_in_box(frames, hit.box), 0])
             if keep.any():
                 parts.append((w2[keep], smk.signature_vectors(s2[keep], centers.shape[1])))

@@ -68,6 +68,66 @@ def _descriptors(features, rootsift):
     return np.ascontiguousarray(d, dtype=np.float32)
 
 
+class ForwardEntries:
+    """The forward index of an :class:`ObjectSearcher`: image id -> (words (F, r) int32, weights (F, r) float32,
+    frames (F, 6) float32, size (w, h)).
+
+    The entries of a loaded searcher stay in their saved arrays (memory-mapped; an id is found by a binary search
+    of the sorted ids, no per-image object is built when a searcher is opened); entries added later are kept in a
+    dict, and removed ids are remembered until the next save writes the arrays again."""
+
+    def __init__(self, arrays: dict | None = None):
+        self._added = {}
+        self._removed = set()
+        if arrays is None:
+            self._ids = np.empty(0, np.int64)
+            self._order = self._ids
+            self._arrays = None
+            return
+        self._ids = np.asarray(arrays["ids"], np.int64)
+        self._order = np.argsort(self._ids, kind="stable")
+        self._arrays = arrays
+
+    def _saved(self, image_id: int):
+        if not len(self._ids) or image_id in self._removed:
+            return None
+        pos = int(np.searchsorted(self._ids, image_id, sorter=self._order))
+        if pos >= len(self._ids) or self._ids[self._order[pos]] != image_id:
+            return None
+        j = int(self._order[pos])
+        a = self._arrays
+        lo, hi = int(a["indptr"][j]), int(a["indptr"][j + 1])
+        return (a["words"][lo:hi], a["weights"][lo:hi], a["frames"][lo:hi], tuple(int(v) for v in a["sizes"][j]))
+
+    def get(self, image_id, default=None):
+        image_id = int(image_id)
+        if image_id in self._added:
+            return self._added[image_id]
+        entry = self._saved(image_id)
+        return default if entry is None else entry
+
+    def __getitem__(self, image_id):
+        entry = self.get(image_id)
+        if entry is None:
+            raise KeyError(image_id)
+        return entry
+
+    def __contains__(self, image_id) -> bool:
+        return self.get(image_id) is not None
+
+    def update(self, entries: dict) -> None:
+        for i, entry in entries.items():
+            self._removed.discard(int(i))
+            self._added[int(i)] = entry
+
+    def pop(self, image_id, default=None):
+        entry = self.get(image_id)
+        self._added.pop(int(image_id), None)
+        if entry is not None:
+            self._removed.add(int(image_id))
+        return default if entry is None else entry
+
+
 class ObjectSearcher:
     """Self-contained object search engine over local features (Zhu et al. 2013 + Philbin 2007/2008 + Chum 2007).
 
@@ -112,7 +172,7 @@ class ObjectSearcher:
         self.threshold = threshold
         self.asymmetric = asymmetric
         self.random_state = random_state
-        self._fwd = {}  # id -> (words (F, r) int32, weights (F, r) float32, frames (F, 6) float32, size (w, h))
+        self._fwd = ForwardEntries()
 
     def _check_params(self):
         own = type(self).__name__
@@ -140,7 +200,7 @@ class ObjectSearcher:
         self.invfile_ = InvertedFile(self.n_words, idf=self.idf)
         if self.signatures:
             self.smk_ = smk.SMKFile(self.n_words, X.shape[1], idf=self.idf)
-        self._fwd = {}
+        self._fwd = ForwardEntries()
         return self
 
     def assign(self, desc):
@@ -387,9 +447,5 @@ class ObjectSearcher:
         mode = "r" if mmap else None
         ld = {n: np.load(folder / f"fwd_{n}.npy", mmap_mode=mode, allow_pickle=False)
               for n in ("ids", "indptr", "words", "weights", "frames", "sizes")}
-        ind = np.asarray(ld["indptr"])
-        for j, i in enumerate(np.asarray(ld["ids"]).tolist()):
-            a, b = ind[j], ind[j + 1]
-            obj._fwd[int(i)] = (ld["words"][a:b], ld["weights"][a:b], ld["frames"][a:b],
-                                tuple(int(v) for v in ld["sizes"][j]))
+        obj._fwd = ForwardEntries(ld)
         return obj

@@ -106,6 +106,22 @@ def _popcount8():
 
 
 @njit(cache=True)
+def _postings_of_row(indptr, rows, words, row, out):
+    """out[j] = the posting of image ``row`` in the list of ``words[j]`` (-1 when it has none): a binary search of
+    each list, whose rows are in increasing order."""
+    for j in range(words.shape[0]):
+        lo = indptr[words[j]]
+        hi = indptr[words[j] + 1]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if rows[mid] < row:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[j] = lo if lo < indptr[words[j] + 1] and rows[lo] == row else -1
+
+
+@njit(cache=True)
 def _score_symmetric(indptr, rows, sigs, qwords, qsigs, wq, alpha, tau, out):
     """out[row] += wq[i] sigma_alpha(1 - 2 h / d) over the postings of each query word i (ASMK*, eq. 15)."""
     pc = _popcount8()
@@ -273,7 +289,8 @@ class SMKFile:
         self._refresh()
 
     def _refresh(self):
-        """idf weights and the per-image normalisation gamma (eq. 6) after a change."""
+        """idf weights, the per-image normalisation gamma (eq. 6) and the id order after a change."""
+        self._id_order = np.argsort(self._ids, kind="stable")
         N = max(len(self._ids), 1)
         df = np.diff(self.indptr_).astype(np.float64)
         self.idf_ = np.where(df > 0, np.log(N / np.maximum(df, 1)), 0.0) if self.idf else np.ones(self.n_words)
@@ -295,13 +312,23 @@ class SMKFile:
         self._set(words[keep], r[keep], np.asarray(self.sigs_)[keep], self._ids[~gone])
         return int(gone.sum())
 
-    def signatures_of(self, image_id) -> tuple[np.ndarray, np.ndarray]:
-        """(words (u,) sorted, sigs (u, d/8)) stored for one image."""
+    def signatures_of(self, image_id, words=None) -> tuple[np.ndarray, np.ndarray]:
+        """(words (u,) sorted, sigs (u, d/8)) stored for one image. ``words``: the image's words when the caller
+        knows them (e.g. from a forward index): only their lists are searched (a binary search each), instead of a
+        pass over every posting."""
         self._commit()
-        row = np.flatnonzero(self._ids == int(image_id))
-        if row.size == 0:
+        image_id = int(image_id)
+        pos = int(np.searchsorted(self._ids, image_id, sorter=self._id_order)) if len(self._ids) else 0
+        if pos >= len(self._ids) or self._ids[self._id_order[pos]] != image_id:
             raise KeyError(f"image id {image_id} is not indexed.")
-        at = np.flatnonzero(np.asarray(self.rows_) == row[0])
+        row = int(self._id_order[pos])
+        if words is not None:
+            words = np.unique(np.asarray(words, np.int64))
+            at = np.empty(len(words), np.int64)
+            _postings_of_row(self.indptr_, np.asarray(self.rows_), words, row, at)
+            found = at >= 0
+            return words[found], np.asarray(self.sigs_[at[found]])
+        at = np.flatnonzero(np.asarray(self.rows_) == row)
         words = np.searchsorted(self.indptr_, at, side="right") - 1
         return words.astype(np.int64), np.asarray(self.sigs_[at])
 

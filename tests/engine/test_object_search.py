@@ -102,6 +102,29 @@ def test_exclude_remove_and_persistence(world, tmp_path):
         back.search(q, rerank="geometric")
 
 
+def test_forward_entries_of_a_loaded_searcher_are_read_from_its_arrays(world, tmp_path):
+    """A loaded searcher finds each image's forward entry in its saved arrays (ids in any order); entries added
+    and removed after loading are seen at once, and a second save writes exactly the live ones."""
+    s, db, q = world
+    back = ObjectSearcher.load(s.save(tmp_path / "a"))
+    for i in range(100, 112):
+        for x, y in zip(s.forward(i)[:3], back.forward(i)[:3], strict=True):
+            np.testing.assert_array_equal(x, y)
+        assert s.forward(i)[3] == back.forward(i)[3]
+    back.remove([104, 100])
+    back.add(np.array([7, 300]), [db[4], db[0]])   # smaller and larger ids than the saved ones
+    back.commit()
+    with pytest.raises(KeyError):
+        back.forward(104)
+    np.testing.assert_array_equal(back.forward(7)[2], s.forward(104)[2])
+    again = ObjectSearcher.load(back.save(tmp_path / "b"))
+    assert sorted(again.invfile_.ids_.tolist()) == sorted([7, 300] + [i for i in range(100, 112) if i not in (100, 104)])
+    for i in again.invfile_.ids_.tolist():
+        np.testing.assert_array_equal(again.forward(i)[0], back.forward(i)[0])
+    with pytest.raises(KeyError):
+        again.forward(100)
+
+
 def test_spatial_rerank_boxes_and_query_expansion(world):
     s, db, q = world
     box = (50, 50, 150, 150)

@@ -150,6 +150,16 @@ def test_remove_add_and_persistence_equal_a_fresh_build(tmp_path):
         f.add([100], [items[0]])
     with pytest.raises(KeyError):
         f.signatures_of(103)
+    # given the image's words (with repeats, in any order, and words it has no posting in), only their lists are
+    # searched: the same signatures as the pass over every posting, in the saved and re-loaded file too
+    for i in keep:
+        words = np.concatenate([items[i][0][::-1], items[i][0], [K - 1, 0]])
+        for g in (f, loaded):
+            w, sg = g.signatures_of(int(ids[i]), words=words)
+            w_all, s_all = g.signatures_of(int(ids[i]))
+            np.testing.assert_array_equal(w, w_all)
+            np.testing.assert_array_equal(sg, s_all)
+            np.testing.assert_array_equal(w, items[i][0])
 
 
 def test_damaged_folder_is_named(tmp_path):
