@@ -25,7 +25,7 @@ Then, each writer step in its own process (its peak RSS read with ``os.wait4``):
 walk and stat of the same tree timed apart, ``walk_stat_s``), adding 1 and ``add_many`` (1,000) new replicas
 (their store entries made beforehand, like the other replicas: the timings are the index's work, extraction is
 ``extract_s_per_photo``), removing those ``add_many`` files (deleted, then a sync), and a merge
-(``Index.compact()`` when the library has it; null otherwise). Then reading: ``retrieval query`` of a source photo
+(``Index.compact()``, what ``retrieval compact`` runs). Then reading: ``retrieval query`` of a source photo
 in a new process (time to its answer and its RSS), ``queries`` searches of source photos with and without spatial
 verification (:meth:`Index.search_results` on a query built beforehand; the extraction of the query photo is
 ``query_extract_p50_ms``), and ``GET /api/info`` and a page of ``GET /api/images`` from ``retrieval serve`` on
@@ -226,11 +226,9 @@ def step_sync(index, photos, prune: bool = False) -> dict:
 
 
 def step_compact(index) -> dict:
-    """``Index.compact()`` when the library has it (``seconds`` None otherwise)."""
+    """``Index.compact()``: every segment merged into one (``retrieval compact``)."""
     from retrieval.app.index import Index
 
-    if not hasattr(Index, "compact"):
-        return {"seconds": None, "note": "Index.compact() does not exist in this version"}
     t0 = time.perf_counter()
     idx = Index.open(index)
     out = idx.compact()
@@ -537,10 +535,8 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     say(f"N={n}: merge")
     merge, rss["merge"] = run_step("compact", base, index=str(index))
     out["merge_s"] = merge["seconds"]
-    if merge["seconds"] is None:
-        out["merge_note"] = merge["note"]
-    generation = merge.get("generation", rem["generation"])
-    images = merge.get("images", rem["images"])
+    out["merge_segments"] = [merge["result"]["segments_before"], merge["result"]["segments_after"]]
+    generation, images = merge["generation"], merge["images"]
     out.update(images=images, writer_rss_mb={k: _round(v) for k, v in rss.items()},
                writer_peak_rss_mb=_round(max((v for v in rss.values() if v is not None), default=None)))
 

@@ -32,7 +32,7 @@ def test_bench_library_tiny_library_end_to_end(tmp_path):
     assert out["nochange_added"] == 0 and out["walk_stat_files"] == 60
     assert (out["add1_added"], out["add_many"], out["add_many_added"], out["removed"]) == (1, 10, 10, 10)
     assert out["images"] == 61
-    assert out["merge_s"] is None or out["merge_s"] >= 0
+    assert out["merge_s"] >= 0 and out["merge_segments"][1] == 1 and out["merge_segments"][0] >= 1
     assert out["writer_peak_rss_mb"] == max(out["writer_rss_mb"].values()) > 0
     assert out["reader_rss_mb"] > 0 and out["first_answer_s"] > 0
     assert out["queries"] == 2 and out["queries_without_hits"] == 0
