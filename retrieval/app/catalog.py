@@ -40,17 +40,15 @@ import contextlib
 import datetime as _dt
 import json
 import logging
-import os
 import sqlite3
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
 
-from retrieval.core.persistence import crash_point, fsync_dir  # crash_point: also used by the application
+from retrieval.app.catalog_rows import CatalogRows  # noqa: F401  (re-exported: the searcher's rows)
+from retrieval.core.persistence import crash_point  # crash_point: also used by the application
 
 logger = logging.getLogger(__name__)
 
@@ -456,153 +454,17 @@ class Catalog:
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
 
     def backup_to(self, path) -> None:
-        """A full consistent copy of the catalog (SQLite's online backup) written atomically to ``path`` (a
-        temporary file, fsynced, renamed), in rollback-journal mode so that the one file is the whole copy: what
-        ``retrieval check --repair`` restores when ``catalog.db`` is damaged."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        dst = sqlite3.connect(tmp)
-        try:
-            self.db.conn.backup(dst)
-            dst.execute("PRAGMA journal_mode = DELETE")
-        finally:
-            dst.close()
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        """A full copy of the catalog at ``path`` (:func:`retrieval.app.catalog_backup.backup_to`)."""
+        from retrieval.app.catalog_backup import backup_to
+
+        backup_to(self, path)
 
     def update_backup(self, path, changes: CatalogChanges, *, previous: int) -> str:
-        """Bring the backup at ``path`` to the catalog's committed state after a commit of ``changes`` made on
-        generation ``previous``: the same image changes (the rows read back from the catalog), the ``meta``
-        table and the runs added or still running since, in ONE transaction of the backup (cost proportional to
-        the changes). A full copy (:meth:`backup_to`) instead when the backup is missing, unreadable, made before
-        the ``counts`` table, or not at generation ``previous`` (a crash came between an earlier commit and its
-        backup). Returns ``"incremental"`` or ``"full"``."""
-        path = Path(path)
-        try:
-            if not path.exists():
-                raise LookupError("missing")
-            self._apply_to_backup(path, changes, previous)
-            return "incremental"
-        except (LookupError, sqlite3.DatabaseError) as exc:
-            logger.debug("%s: full copy (%s)", path, exc)
-        self.backup_to(path)
-        return "full"
+        """The backup at ``path`` brought to the committed state (:func:`retrieval.app.catalog_backup.update_backup`);
+        ``"incremental"`` or ``"full"``."""
+        from retrieval.app.catalog_backup import update_backup
 
-    def _apply_to_backup(self, path: Path, changes: CatalogChanges, previous: int) -> None:
-        ids = [int(r["id"]) for r in changes.upserts] + [int(m[0]) for m in changes.moves]
-        paths = [r["path"] for r in changes.upserts] + [m[1] for m in changes.moves]
-        with self.reading():
-            rows = self.rows_by_ids(ids)
-            meta = self.db.conn.execute("SELECT key, value FROM meta").fetchall()
-        bak = sqlite3.connect(path, isolation_level=None)
-        try:
-            bak.execute("PRAGMA recursive_triggers = ON")
-            if bak.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-                raise LookupError("in WAL mode")
-            bak.execute("BEGIN IMMEDIATE")
-            try:
-                if bak.execute("SELECT 1 FROM sqlite_master WHERE name = 'counts'").fetchone() is None:
-                    raise LookupError("made before the counts table")
-                gen = bak.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-                if gen is None or int(json.loads(gen[0])) != int(previous):
-                    raise LookupError(f"at generation {gen and gen[0]}, not {previous}")
-                gone = json.dumps([int(i) for i in changes.deletes] + ids)
-                bak.execute("DELETE FROM images WHERE id IN (SELECT value FROM json_each(?))", [gone])
-                bak.execute("DELETE FROM images WHERE path IN (SELECT value FROM json_each(?))", [json.dumps(paths)])
-                if rows:
-                    cols = list(rows[0])
-                    bak.executemany(f"INSERT INTO images({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                                    [[r[c] for c in cols] for r in rows])
-                bak.execute("DELETE FROM meta")
-                bak.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta)
-                # runs change only while 'running' (start_run, end_running_runs, commit_sync): copy those and the new
-                last = bak.execute("SELECT coalesce(max(id), -1) FROM runs").fetchone()[0]
-                open_runs = [r[0] for r in bak.execute("SELECT id FROM runs WHERE status = 'running'")]
-                runs = self._dicts("SELECT * FROM runs WHERE id > ? OR id IN (SELECT value FROM json_each(?))",
-                                   [last, json.dumps(open_runs)])
-                if runs:
-                    cols = list(runs[0])
-                    bak.executemany(f"INSERT OR REPLACE INTO runs({', '.join(cols)}) "
-                                    f"VALUES ({', '.join('?' for _ in cols)})", [[r[c] for c in cols] for r in runs])
-                bak.execute("COMMIT")
-            except BaseException:
-                bak.execute("ROLLBACK")
-                raise
-        finally:
-            bak.close()
+        return update_backup(self, path, changes, previous=previous)
 
     def close(self) -> None:
         self.db.close()
-
-
-class CatalogRows:
-    """The catalog rows of a searcher, by id, read when asked (never all of them): ``rows.get(id)``,
-    ``rows[id]`` (KeyError when absent), ``id in rows``, ``rows.get_many(ids)`` (one query).
-
-    Every lookup goes through ``connection()``, the calling thread's :class:`Catalog` (an SQLite connection
-    belongs to its thread), so one :class:`CatalogRows` serves any number of threads; the rows read are kept
-    in a bounded LRU cache (``cache_rows`` rows, behind a lock). The rows returned are shared: read them, do
-    not modify them.
-
-    Consistency: a lookup reads the committed catalog, which may be of a generation NEWER than the searcher's
-    when a sync committed meanwhile. A row changed since shows its new state (a moved file its new path); a row
-    deleted since is absent (``get`` gives None): the searcher drops such a hit. Ids are never reused, so a row
-    found always describes the content the searcher's generation indexed under that id.
-    """
-
-    def __init__(self, connection: Callable[[], Catalog], cache_rows: int = 4096):
-        self._connection = connection
-        self._cache_rows = int(cache_rows)
-        self._cache: OrderedDict[int, dict] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _cached(self, image_id: int) -> dict | None:
-        with self._lock:
-            row = self._cache.get(image_id)
-            if row is not None:
-                self._cache.move_to_end(image_id)
-            return row
-
-    def _keep(self, rows: Iterable[dict]) -> None:
-        with self._lock:
-            for r in rows:
-                self._cache[int(r["id"])] = r
-                self._cache.move_to_end(int(r["id"]))
-            while len(self._cache) > self._cache_rows:
-                self._cache.popitem(last=False)
-
-    def get(self, image_id, default=None) -> dict | None:
-        try:
-            image_id = int(image_id)
-        except (TypeError, ValueError):
-            return default
-        row = self._cached(image_id)
-        if row is None:
-            row = self._connection().row_by_id(image_id)
-            if row is None:
-                return default
-            self._keep([row])
-        return row
-
-    def get_many(self, ids: Iterable[int]) -> dict[int, dict]:
-        """``{id: row}`` of those of ``ids`` that have a row, the missing ones read in one query."""
-        ids = [int(i) for i in ids]
-        out = {i: r for i in ids if (r := self._cached(i)) is not None}
-        missing = [i for i in dict.fromkeys(ids) if i not in out]
-        if missing:
-            rows = self._connection().rows_by_ids(missing)
-            self._keep(rows)
-            out.update((r["id"], r) for r in rows)
-        return out
-
-    def __getitem__(self, image_id) -> dict:
-        row = self.get(image_id)
-        if row is None:
-            raise KeyError(image_id)
-        return row
-
-    def __contains__(self, image_id) -> bool:
-        return self.get(image_id) is not None

@@ -103,12 +103,6 @@ def crops_dataset(root, database) -> RetrievalDataset:
                                    "false lists, other images ignored"])
 
 
-def _folder_bytes(folder: Path) -> int:
-    # the integrity manifest (a few hundred bytes per file, not per image) is left out
-    return (sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
-            if folder.is_dir() else 0)
-
-
 def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None, train_images=None, k=None,
                   workers: int | None = 1, out_dir=None, progress: bool = False, overrides=()) -> dict:
     """Evaluate ``preset`` on ``dataset``; returns the JSON report (also written to ``out_dir/report.json``).
@@ -185,7 +179,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         sync = idx.sync(db_paths, workers=workers, skip_errors=True, progress=progress)
         index_seconds = time.perf_counter() - t0
         gen = idx.catalog.generation()
-        state_bytes = _folder_bytes(idx.path / "gens" / f"{gen:08d}")
+        state_bytes = idx.folder.state_bytes(gen)
         info = idx.info()
         n_indexed = info["indexed"]
         effective = dict((info.get("model") or {}).get("effective") or {})
@@ -218,7 +212,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
         "queries": len(dataset.queries),
         "k": kk,
         "bytes_per_image": state_bytes / max(n_indexed, 1),
-        "bytes_per_image_note": "size of the index generation folder (codes or vectors + ids; its manifest left out) / indexed images",
+        "bytes_per_image_note": "size of the index generation's search state (its folder and segments: codes or vectors + ids; manifests left out) / indexed images",
         "extraction_seconds": extraction_seconds,
         "extraction_seconds_per_image": extraction_seconds / max(len(todo), 1),
         "index_seconds": index_seconds,

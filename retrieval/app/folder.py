@@ -78,6 +78,15 @@ class IndexFolder:
         """The segment folders generation ``gen`` references (:mod:`retrieval.engine.segments`)."""
         return [self.segments_dir / name for name in segment_names(self.gen_dir(gen))]
 
+    def state_bytes(self, gen: int) -> int:
+        """Bytes of generation ``gen``'s search state: its folder and the segments it lists (the integrity
+        manifests, a few hundred bytes per file, left out)."""
+        total = 0
+        for folder in [self.gen_dir(gen), *self.segment_dirs(gen)]:
+            if folder.is_dir():
+                total += sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "manifest.json")
+        return total
+
     def generation_problems(self, gen: int, *, checksums: bool = False) -> list[DamagedError]:
         """Problems of generation ``gen`` and of every segment it references, against their manifests."""
         problems = check_folder(self.gen_dir(gen), checksums=checksums)

@@ -207,11 +207,15 @@ class Index:
 
     @property
     def extractor(self) -> FeatureExtractor:
+        if self._extractor is not None:
+            return self._extractor
+        # an index made before the decoder was recorded keeps the first one: its stored features stay valid (read
+        # before taking the lock: this thread's first catalog connection takes it too)
+        decoder = int(self.catalog.get_meta("decoder", 1) or 1)
         with self._lock:
             if self._extractor is None:
-                # an index made before the decoder was recorded keeps the first one: its stored features stay valid
                 self._extractor = FeatureExtractor(**preset_config(self.preset).features.extractor_kwargs(),
-                                                   decoder=int(self.catalog.get_meta("decoder", 1) or 1))
+                                                   decoder=decoder)
             return self._extractor
 
     @property

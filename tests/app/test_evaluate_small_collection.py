@@ -70,7 +70,9 @@ def test_adc_preset_on_14_images_runs_warns_and_records(tmp_path, monkeypatch):
     finally:
         idx.close()
     # codes only: 16 sub-codes of one byte per image (+ the 8-byte id), plus the two .npy headers and state.json
-    assert 24 <= report["bytes_per_image"] < 24 + 400 / 14
+    # 16 code bytes + 8 id bytes per image, plus a fixed kilobyte of headers (the generation's and its segment's
+    # state.json, the deletion list) over the 14 images
+    assert 24 <= report["bytes_per_image"] < 24 + 1000 / 14
 
 
 def test_ivfadc_preset_on_14_images_reduces_lists_probes_and_bits(tmp_path, monkeypatch):

@@ -276,7 +276,9 @@ def test_add_then_delete_is_reflected_by_searches(served):
     assert searchers[gen0].cache is searchers[gen0 + 1].cache
     assert len(searchers[gen0 + 1].cache) > 0
 
-    # a later 'retrieval index PHOTO_DIR' keeps the uploaded image (the index follows its uploads folder)
+    # a later 'retrieval index PHOTO_DIR' (which finds a new photo) keeps the uploaded image (the index follows its
+    # uploads folder)
+    Image.fromarray(textured(11, (300, 220))).save(photos / "extra.jpg", quality=90)
     out = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--workers", "1", "--quiet"])
     assert out.exit_code == 0, out.output
     assert client.get(f"/api/images/{new_id}").json()["status"] == "indexed"
