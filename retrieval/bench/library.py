@@ -66,9 +66,6 @@ PER_FOLDER = 1000
 SOURCE_SETS = (("holidays805", "jpg"), ("ukbench400",), ("oxford133", "jpg"))
 HTTP_REQUESTS = 20
 FIRST_ANSWER_RUNS = 3
-NOT_SEARCH_STATE = {"catalog.db", "catalog.db-wal", "catalog.db-shm", "catalog.backup.db", "model", "features",
-                    "thumbs", "uploads", ".lock"}
-"""Entries of an index folder that are not its search state (``gens/`` is counted for the committed generation)."""
 
 
 # ---------------------------------------------------------------------------------------------- sources
@@ -399,13 +396,15 @@ def _tree_bytes(path: Path) -> int:
 
 
 def search_state_bytes(index: Path, generation: int) -> int:
-    """Bytes of the committed generation's folder and of every other folder of the index that is not catalog,
-    model, feature store or web cache (:data:`NOT_SEARCH_STATE`)."""
-    total = _tree_bytes(index / "gens" / f"{generation:08d}")
-    for p in index.iterdir():
-        if p.name not in NOT_SEARCH_STATE and p.name != "gens":
-            total += _tree_bytes(p)
-    return total
+    """Bytes of the committed generation's search state: its folder and the segments it lists
+    (:meth:`IndexFolder.state_bytes <retrieval.app.folder.IndexFolder.state_bytes>`)."""
+    from retrieval.app.index import Index
+
+    idx = Index.open(index)
+    try:
+        return idx.folder.state_bytes(generation)
+    finally:
+        idx.close()
 
 
 def _round(value, digits: int = 1):
