@@ -1,4 +1,4 @@
-"""CLI command ``retrieval bench library``: a library of N photos on one machine (issue #30)."""
+"""CLI command ``retrieval bench library``: a library of N photos on one machine."""
 
 from __future__ import annotations
 
