@@ -95,6 +95,14 @@ def test_compact_merges_the_segments_and_keeps_every_list(tmp_path, pool):
     assert ranked(again, present) == want
     assert len(list((tmp_path / "i" / "segments").iterdir())) <= 1 + out["segments_before"]   # the old ones: for
     # the previous generation only, removed by the next writer
+    # 'retrieval index --retrain' on an unchanged folder: a new generation (the trained parts again, every segment
+    # rewritten), the same lists
+    gen = again.catalog.generation()
+    res = CliRunner().invoke(main, ["-q", "index", str(photos), "--index", str(tmp_path / "i"), "--retrain"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    retrained = Index.open(tmp_path / "i")
+    assert retrained.catalog.generation() == gen + 1 and ranked(retrained, present) == want
 
 
 def to_previous_format(index_dir):
