@@ -301,6 +301,17 @@ class Index:
                 self.catalog.end_running_runs("failed")   # nothing was committed; the run must not stay 'running'
                 raise
 
+    def add(self, paths: Sequence, *, root=None, workers: int | None = 1, progress: bool = False) -> SyncReport:
+        """Index the image files ``paths`` (new or changed) without walking the followed folders: the cost is what
+        is added, not the collection (:meth:`Writer.add_files <retrieval.app.index_build.Writer.add_files>`);
+        ``root``: a folder to follow from now on (the server's uploads folder)."""
+        with self.writer_lock():
+            try:
+                return Writer(self).add_files(paths, workers, progress, root=root)
+            except Exception:
+                self.catalog.end_running_runs("failed")
+                raise
+
     def remove(self, paths: Sequence) -> int:
         """Drop images (paths or ids) from the index; returns how many were removed. Files are not touched."""
         with self.writer_lock():
@@ -401,14 +412,26 @@ class Index:
             return searcher.match(query, int(image_id))
 
     # ------------------------------------------------------------------ info
+    def state_bytes_on_disk(self) -> int:
+        """Bytes of the index's own files: the catalog (and its backup), the model, the generations and their
+        segments -- not the feature store, the thumbnail cache or uploaded photos, whose sizes would need a walk of
+        one file per photo (``retrieval info`` answers in constant time)."""
+        total = 0
+        for p in self.path.iterdir():
+            if p.name in ("features", "thumbs", "uploads"):
+                continue
+            files = [p] if p.is_file() else (f for f in p.rglob("*") if f.is_file())
+            total += sum(f.stat().st_size for f in files)
+        return total
+
     def info(self) -> dict:
         """Summary: preset, model, counts by status (the catalog's ``counts``, no row read), generation, the first
-        :data:`ERROR_FILES_SHOWN` unreadable files, last runs, folder size."""
+        :data:`ERROR_FILES_SHOWN` unreadable files, last runs, the index's size (:meth:`state_bytes_on_disk`)."""
         cat = self.catalog
         with cat.reading():
             gen, counts = cat.generation(), cat.counts()
             errors = cat.error_rows(ERROR_FILES_SHOWN)
-        size = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        size = self.state_bytes_on_disk()
         runs = self.catalog.runs()
         if runs and runs[-1]["status"] == "running" and not self.writer_active():
             runs[-1]["status"] = "interrupted"   # left 'running' by a killed process

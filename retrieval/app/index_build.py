@@ -13,6 +13,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,26 @@ logger = logging.getLogger("retrieval.app.index")
 
 PATH, ID, SIZE, MTIME, STATUS, HASH = range(6)
 """Positions in the tuples of :meth:`Catalog.scan <retrieval.app.catalog.Catalog.scan>` (``SCAN_COLUMNS``)."""
+
+
+@dataclass
+class Plan:
+    """The changes a writer found (a sync's walk, or the files given to :meth:`Writer.add_files`)."""
+
+    run_id: int
+    gen: int
+    next_id: int
+    rows: list            # the catalog's rows as Catalog.scan tuples (training sample; empty when not read)
+    to_add: list
+    hashes: dict
+    stats: dict
+    deletes: list
+    moves: list
+    touched: list
+    changed: set
+    roots: list | None
+    t0: float
+    t_stage: float
 
 
 class Writer:
@@ -136,6 +157,64 @@ class Writer:
 
         report.stage_seconds["scan"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
+        return self._apply(Plan(run_id=run_id, gen=gen, next_id=next_id, rows=rows, to_add=to_add, hashes=hashes,
+                                stats=stats, deletes=deletes, moves=moves, touched=touched, changed=changed,
+                                roots=roots, t0=t0, t_stage=t_stage), report, workers, progress)
+
+    def add_files(self, paths, workers, progress, root=None) -> SyncReport:
+        """Index the image files ``paths`` (new or changed) without walking the folders the index follows nor
+        reading every catalog row: each path is looked up by itself, so the cost is what is added (the server's
+        upload). ``root``: a folder the index follows from now on (the uploads folder). A file whose content is
+        indexed at another path is added as a new image (only a folder sync recognises moves)."""
+        t0 = t_stage = time.perf_counter()
+        files = sorted({os.path.abspath(os.path.expanduser(str(p))) for p in paths})
+        for p in files:
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"image {p!r} does not exist.")
+        gen = self.catalog.generation()
+        if not gen:   # nothing indexed yet: the model is trained by a sync
+            return self.sync(files, workers, progress, False, False, False)
+        report = SyncReport()
+        run_id = self.catalog.start_run(f"add {len(files)}")
+        next_id = int(self.catalog.get_meta("next_id", 0))
+        stats, hashes, to_add, deletes, touched, changed = {}, {}, [], [], [], set()
+        for p in files:
+            try:
+                stats[p] = file_stat(p)
+                r = self.catalog.row_by_path(p)
+                if r is not None and (r["size"], r["mtime"]) == stats[p] and r["status"] in ("indexed", "error"):
+                    report.unchanged += r["status"] == "indexed"
+                    report.failed_before += r["status"] == "error"
+                    continue
+                hashes[p] = file_hash(p)
+            except OSError as exc:
+                report.errors.append((p, f"cannot read: {exc}"))
+                continue
+            if r is not None and r["status"] == "indexed" and r["hash"] == hashes[p]:
+                touched.append((r["id"], p, stats[p][1]))
+                report.unchanged += 1
+                continue
+            if r is not None:
+                deletes.append(r["id"])
+                if r["status"] == "indexed":
+                    changed.add(p)
+            to_add.append(p)
+        roots = self.index.roots
+        new_roots = None
+        if root is not None:
+            root = str(Path(root).resolve())
+            new_roots = roots if root in roots else [*roots, root]
+        return self._apply(Plan(run_id=run_id, gen=gen, next_id=next_id, rows=[], to_add=to_add, hashes=hashes,
+                                stats=stats, deletes=deletes, moves=[], touched=touched, changed=changed,
+                                roots=new_roots, t0=t0, t_stage=t_stage), report, workers, progress)
+
+    def _apply(self, plan: Plan, report: SyncReport, workers, progress) -> SyncReport:
+        """Steps 2 to 5 of a sync (module docstring) for the changes of ``plan``."""
+        run_id, gen, next_id, rows, to_add, hashes = (plan.run_id, plan.gen, plan.next_id, plan.rows, plan.to_add,
+                                                      plan.hashes)
+        stats, deletes, moves, touched, changed, roots = (plan.stats, plan.deletes, plan.moves, plan.touched,
+                                                          plan.changed, plan.roots)
+        t0, t_stage = plan.t0, plan.t_stage
         # 2. features (feature store: complete entries only; resumable)
         store, key = self.store, self.extractor.config_key
         need = [p for p in to_add if (hashes[p], key) not in store]

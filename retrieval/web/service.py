@@ -261,8 +261,8 @@ class Service:
 
     # ------------------------------------------------------------------ writes (the writer thread)
     def add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
-        """Store a checked upload under ``INDEX/uploads`` and index it (a sync of that folder, followed by the
-        index like its photo folder). Returns (record, added); an image whose content is already indexed is not
+        """Store a checked upload under ``INDEX/uploads`` and index it (:meth:`Index.add`: that file alone; the
+        uploads folder is followed by the index like its photo folder). Returns (record, added); an image whose content is already indexed is not
         stored again (added False). Interrupted uploads (``*.part``) are removed after each add."""
         try:
             return self._add(checked, name)
@@ -284,7 +284,7 @@ class Service:
             idx.include([dest])
         try:
             with self.decoding(dest, f"upload {name!r}"):
-                idx.sync(self.uploads, workers=1, add_root=True)
+                idx.add([dest], root=self.uploads)   # the upload alone: no walk of the followed folders
         except RuntimeError as exc:   # the writer lock is held by another process
             raise ApiError(409, str(exc)) from None
         except ValueError as exc:

@@ -142,3 +142,36 @@ def test_an_index_of_the_previous_format_opens_and_its_next_sync_converts_it(tmp
     state = json.loads((old.folder.gen_dir(old.catalog.generation()) / "state.json").read_text())
     assert state["format_version"] == 2 and [s["rows"] for s in state["segments"]] == [len(present) + 1]
     assert ranked(Index.open(tmp_path / "i"), present)[0][0] == want[0][0]
+
+
+def test_adding_files_looks_up_only_those_files(tmp_path, pool, monkeypatch):
+    """Index.add (the server's upload): the given files are indexed without a walk of the followed folders or a read
+    of every catalog row; an unchanged file writes nothing; ``root`` is followed by later folder syncs."""
+    from retrieval.app import index_roots
+    from retrieval.app.catalog import Catalog
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    idx = Index.create(tmp_path / "i", "default", feature_store=FEATURE_CACHE, train_on="generic")
+    present = grow(idx, photos, pool, rounds=2)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    new = drop / pool[-1].name
+    shutil.copy(pool[-1], new)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a walk or a read of every row")
+
+    monkeypatch.setattr(index_roots, "walk_photos", refuse)
+    monkeypatch.setattr(Catalog, "scan", refuse)
+    monkeypatch.setattr(Catalog, "snapshot", refuse)
+    gen = idx.catalog.generation()
+    report = idx.add([new], root=drop)
+    assert report.added == 1 and idx.catalog.generation() == gen + 1
+    assert idx.catalog.row_by_path(str(new))["status"] == "indexed" and str(drop.resolve()) in idx.roots
+    assert [h.path for h in idx.search(str(new), k=1)] == [str(new)]
+    again = idx.add([new])                       # unchanged: nothing written but the run
+    assert again.added == 0 and again.unchanged == 1 and idx.catalog.generation() == gen + 1
+    monkeypatch.undo()
+    report = idx.sync(photos)                    # the dropped file's folder is followed: kept
+    assert report.removed == 0 and idx.catalog.count("indexed") == len(present) + 1
