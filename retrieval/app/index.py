@@ -272,9 +272,10 @@ class Index:
             self.catalog.set_meta(excluded=[p for p in excluded if p not in wanted])
         return back
 
-    def folder_files(self, folder, add_root: bool, replace_root: bool) -> tuple[list[str], list[str]]:
+    def folder_files(self, folder, add_root: bool, replace_root: bool, stats: dict | None = None
+                     ) -> tuple[list[str], list[str]]:
         """(files, roots) of a sync with ``folder`` (:func:`retrieval.app.index_roots.folder_files`)."""
-        return index_roots.folder_files(self.path, self.roots, self.excluded, folder, add_root, replace_root)
+        return index_roots.folder_files(self.path, self.roots, self.excluded, folder, add_root, replace_root, stats)
 
     # ------------------------------------------------------------------ writes
     def sync(self, folder_or_paths, workers: int | None = None, skip_errors: bool = False, *,

@@ -71,8 +71,9 @@ class Writer:
     def sync(self, folder_or_paths, workers, progress, add_root, replace_root, prune) -> SyncReport:
         t0 = t_stage = time.perf_counter()
         roots = None
+        walked = {}   # (size, mtime) of each file, read by the walk
         if isinstance(folder_or_paths, (str, os.PathLike)):
-            files, roots = self.index.folder_files(folder_or_paths, add_root, replace_root)
+            files, roots = self.index.folder_files(folder_or_paths, add_root, replace_root, walked)
             source = str(Path(folder_or_paths).resolve())
             if not files:
                 raise ValueError(f"photo folder {source!r} holds no images "
@@ -96,7 +97,7 @@ class Writer:
         candidates = []
         for p in files:
             try:
-                stats[p] = file_stat(p)
+                stats[p] = walked[p] if p in walked else file_stat(p)
             except OSError as exc:
                 report.errors.append((p, f"cannot stat: {exc}"))
                 continue

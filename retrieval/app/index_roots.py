@@ -16,15 +16,16 @@ from retrieval.app.index_support import walk_photos
 
 
 def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_root: bool,
-                 replace_root: bool) -> tuple[list[str], list[str]]:
+                 replace_root: bool, stats: dict | None = None) -> tuple[list[str], list[str]]:
     """(files, roots) of a sync with ``folder``: the image files under every followed folder, without the
-    ``excluded`` ones, and the folders followed after this sync (``roots``: those followed now). Raises ValueError
+    ``excluded`` ones, and the folders followed after this sync (``roots``: those followed now); ``stats`` filled
+    with each file's (size, mtime) (:func:`walk_photos`). Raises ValueError
     (one line) when ``folder`` is not followed and neither ``add_root`` nor ``replace_root`` is given, or when a
     followed folder is gone."""
     if add_root and replace_root:
         raise ValueError("--add-root and --replace-root exclude each other.")
     root = str(Path(os.path.expanduser(str(folder))).resolve())
-    files = set(walk_photos(root))   # validates the folder first
+    files = walk_photos(root, stats)   # validates the folder first
     roots = list(roots)
     if replace_root:
         roots = [root]
@@ -35,11 +36,17 @@ def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_
     else:
         raise ValueError(f"{index_path} follows {', '.join(roots)}; {root} is another folder: use --add-root to "
                          f"follow both, or --replace-root to follow only it (the other images are dropped).")
+    more = []
     for r in roots:
         if r == root:
             continue
         if not os.path.isdir(r):
             raise ValueError(f"{r}, a folder this index follows, is missing (an unmounted disk?): nothing was "
                              f"changed; give --replace-root to follow only {root}.")
-        files |= set(walk_photos(r))
-    return sorted(files - set(excluded)), roots
+        more.append(walk_photos(r, stats))
+    if more:   # several folders (one may hold another): each file once, in order
+        files = sorted(set(files).union(*more))
+    if excluded:
+        gone = set(excluded)
+        files = [f for f in files if f not in gone]
+    return files, roots

@@ -41,12 +41,13 @@ class SyncReport:
 
 
 # ---------------------------------------------------------------------------------------------- folder walk
-def walk_photos(folder) -> list[str]:
+def walk_photos(folder, stats: dict | None = None) -> list[str]:
     """Image files under ``folder``, recursively, as sorted absolute paths.
 
     Extensions :data:`retrieval.features.image.IMAGE_EXTENSIONS` in any case; names starting with ``.`` (hidden files and folders)
     are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
-    and inode, is skipped, which breaks symlink loops).
+    and inode, is skipped, which breaks symlink loops). ``stats``: filled with each file's
+    :func:`file_stat` (read once, by the walk: a sync then needs no other call per file).
     """
     root = Path(os.path.expanduser(str(folder)))
     if not root.exists():
@@ -55,25 +56,36 @@ def walk_photos(folder) -> list[str]:
         raise ValueError(f"{str(root)!r} is not a folder (expected a folder of photos).")
     out = []
     seen = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    stack = [os.path.abspath(root)]
+    while stack:
+        top = stack.pop()
         try:
-            st = os.stat(dirpath)
-        except OSError:
-            dirnames[:] = []
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            dirnames[:] = []
-            continue
-        seen.add(key)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if name.startswith(".") or not name.lower().endswith(IMAGE_EXTENSIONS):
+            st = os.stat(top)
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
                 continue
-            p = os.path.join(dirpath, name)
-            if os.path.isfile(p):
-                out.append(os.path.abspath(p))
-    return sorted(set(out))
+            seen.add(key)
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        subdirs = []
+        for e in entries:
+            name = e.name
+            if name.startswith("."):
+                continue
+            try:
+                if e.is_dir():   # follows a symbolic link to a folder
+                    subdirs.append(e.path)
+                elif name.lower().endswith(IMAGE_EXTENSIONS) and e.is_file():
+                    if stats is not None:
+                        est = e.stat()   # follows a symbolic link
+                        stats[e.path] = (int(est.st_size), float(est.st_mtime_ns) / 1e9)
+                    out.append(e.path)
+            except OSError:
+                continue
+        stack.extend(sorted(subdirs, reverse=True))
+    return sorted(out)
 
 
 def file_stat(path: str) -> tuple[int, float]:

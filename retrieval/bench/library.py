@@ -97,6 +97,16 @@ def step_sync(index, photos, prune: bool = False) -> dict:
     return _sync_result(idx, report, time.perf_counter() - t0)
 
 
+def step_add(index, paths) -> dict:
+    """``Index.open`` then ``Index.add(paths)``: what the server's upload runs (no walk of the photo folder)."""
+    from retrieval.app.index import Index
+
+    t0 = time.perf_counter()
+    idx = Index.open(index)
+    report = idx.add(paths)
+    return _sync_result(idx, report, time.perf_counter() - t0)
+
+
 def step_compact(index) -> dict:
     """``Index.compact()``: every segment merged into one (``retrieval compact``)."""
     from retrieval.app.index import Index
@@ -181,7 +191,8 @@ def step_queries(index, queries, k: int = 10) -> dict:
     return out
 
 
-STEPS = {"build": step_build, "sync": step_sync, "compact": step_compact, "inject": inject, "queries": step_queries}
+STEPS = {"build": step_build, "sync": step_sync, "add": step_add, "compact": step_compact, "inject": inject,
+         "queries": step_queries}
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -410,6 +421,10 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     rem, rss["remove_many"] = run_step("sync", base, index=str(index), photos=str(photos), prune=True)
     out.update(add1_s=add1["seconds"], add1_added=add1["added"], add_many=add_many, add1000_s=addm["seconds"],
                add_many_added=addm["added"], remove1000_s=rem["seconds"], removed=rem["removed"])
+    upload = n + 1 + add_many   # one more photo, added as the server adds an upload (Index.add: no walk)
+    write_replicas(photos, [upload], sources, store, key, sync_limit)
+    up, rss["add1_upload"] = run_step("add", base, index=str(index), paths=[str(replica_path(photos, upload))])
+    out.update(add1_upload_s=up["seconds"], add1_upload_added=up["added"])
 
     say(f"N={n}: merge")
     merge, rss["merge"] = run_step("compact", base, index=str(index))

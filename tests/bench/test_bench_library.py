@@ -31,13 +31,14 @@ def test_bench_library_tiny_library_end_to_end(tmp_path):
     # nothing changed: nothing added; every file walked; then 1 added, 10 added, the same 10 removed
     assert out["nochange_added"] == 0 and out["walk_stat_files"] == 60
     assert (out["add1_added"], out["add_many"], out["add_many_added"], out["removed"]) == (1, 10, 10, 10)
-    assert out["images"] == 61
+    assert out["add1_upload_added"] == 1 and out["add1_upload_s"] > 0   # Index.add, the server's upload
+    assert out["images"] == 62
     assert out["merge_s"] >= 0 and out["merge_segments"][1] == 1 and out["merge_segments"][0] >= 1
     assert out["writer_peak_rss_mb"] == max(out["writer_rss_mb"].values()) > 0
     assert out["reader_rss_mb"] > 0 and out["first_answer_s"] > 0
     assert out["queries"] == 2 and out["queries_without_hits"] == 0
     assert 0 < out["query_p50_ms"] <= out["query_p95_ms"]
-    assert out["api_page_images"] == 61 - 61 // 2 and out["http_requests"] == 20
+    assert out["api_page_images"] == 62 - 62 // 2 and out["http_requests"] == 20
     assert out["search_bytes_per_photo"] > 0 and out["catalog_bytes_per_photo"] > 0
     # hard-linked entries (the 20 injected) count whole per photo, once on disk
     assert out["feature_bytes_per_photo"] > out["feature_bytes_on_disk_per_photo"] > 0
