@@ -1,7 +1,8 @@
-"""Application: crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at seven points
+"""Application: crash safety. ``retrieval index`` is killed with SIGKILL (``kill -9``) at eight points
 through the ``RETRIEVAL_CRASH_AT`` fault-injection hook, then run again: the index must be complete and
-consistent and answer exactly like an index that was never interrupted. Also: queries that run during a sync
-see either the old or the new state, never a mixture.
+consistent and answer exactly like an index that was never interrupted; ``retrieval remove`` and ``retrieval
+compact`` (the merge of segments) are killed at the points of their publish the same way. Also: queries that run
+during a sync see either the old or the new state, never a mixture.
 """
 
 from __future__ import annotations
@@ -147,5 +148,40 @@ def test_kill9_during_a_remove_leaves_the_old_or_the_new_state(setup, tmp_path, 
     want = [h for h in results_view(ref, [q], k=5)[0] if h[0] != gone][:4]
     assert_same_results([results_view(idx, [q], k=5)[0][:4]], [want])
     leftovers = [p.name for p in (index_dir / "gens").iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+    idx.close()
+
+
+@pytest.mark.parametrize("point", ["array", "segments", "publish", "catalog", "commit"])
+def test_kill9_during_a_merge_leaves_an_index_that_answers_the_same(setup, tmp_path, point):
+    """``retrieval compact`` (the merge of every segment) killed at each point of its publish: the index answers
+    exactly as before, catalog and search state agree, and the merge run again completes (one segment)."""
+    from helpers import copy_index
+
+    d, photos, _, ref, pool = setup
+    index_dir = copy_index(d / "ref", tmp_path / "idx")
+    extra = tmp_path / "more"
+    extra.mkdir()
+    for p in pool[10:13]:   # a second segment to merge
+        shutil.copy(p, extra / p.name)
+    assert cli(["index", str(extra), "--index", str(index_dir), "--add-root", "--workers", "1"]).returncode == 0
+    idx = Index.open(index_dir)
+    queries = walk_photos(photos)[:3]
+    want = results_view(idx, queries, k=6)
+    assert idx.searcher().backend.segment_info()["segments"] == 2
+    idx.close()
+    crashed = cli(["compact", "--index", str(index_dir)], {"RETRIEVAL_CRASH_AT": point})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    idx = Index.open(index_dir)
+    assert sorted(idx.searcher().backend.ids.tolist()) == sorted(r["id"] for r in idx.catalog.rows())
+    assert_same_results(results_view(idx, queries, k=6), want)
+    idx.close()
+    again = cli(["compact", "--index", str(index_dir)])
+    assert again.returncode == 0, again.stderr[-2000:]
+    idx = Index.open(index_dir)
+    assert idx.searcher().backend.segment_info()["segments"] == 1
+    assert_same_results(results_view(idx, queries, k=6), want)
+    leftovers = [p.name for folder in ("gens", "segments") for p in (index_dir / folder).iterdir()
+                 if p.name.endswith(".tmp")]
     assert leftovers == []
     idx.close()
