@@ -102,17 +102,24 @@ class FirstStage:
 
     def absorb(self, parts) -> None:
         """Set the state to the live rows of ``parts`` (a list of ``(stage, dead ids)``), ordered by id: the
-        merge of segments (the rows of ``dead`` are dropped)."""
+        merge of segments (the rows of ``dead`` are dropped). The rows are copied once: a part without deleted
+        rows is read as it is (memory-mapped), and parts whose id ranges follow each other (the usual case: ids
+        grow with time) need no reordering."""
+        parts = sorted(parts, key=lambda part: int(part[0].ids[0]) if len(part[0].ids) else 0)
         ids, arrays = [], {}
         for stage, dead in parts:
-            keep = ~np.isin(stage.ids, dead)
-            ids.append(np.asarray(stage.ids)[keep])
+            stored = np.asarray(stage.ids)
+            keep = ~np.isin(stored, dead) if len(dead) else None
+            ids.append(stored if keep is None else stored[keep])
             for name, arr in stage.row_arrays().items():
                 if arr is not None:
-                    arrays.setdefault(name, []).append(np.asarray(arr)[keep])
+                    arrays.setdefault(name, []).append(arr if keep is None else np.asarray(arr)[keep])
         ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-        order = np.argsort(ids, kind="stable")
-        self.from_rows(ids[order], {name: np.concatenate(a)[order] for name, a in arrays.items()})
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
+            order = np.argsort(ids, kind="stable")
+            self.from_rows(ids[order], {name: np.concatenate(a)[order] for name, a in arrays.items()})
+        else:
+            self.from_rows(ids, {name: np.concatenate(a) for name, a in arrays.items()})
 
     def _kept_rows(self, ids) -> np.ndarray | None:
         """Mask (n,) of the stored rows whose id is not in ``ids``; None when there is nothing to remove."""
