@@ -108,3 +108,14 @@ def copy_index(src, dst) -> Path:
         with closing(sqlite3.connect(src / "catalog.db")) as a, closing(sqlite3.connect(dst / "catalog.db")) as b:
             a.backup(b)
     return dst
+
+
+def publish_state(backend, root: Path, gen: int = 1) -> Path:
+    """``backend``'s state saved as generation ``gen`` of an index folder ``root``, its new segments renamed into
+    place as a publish does (retrieval.engine.segments; no manifest, no catalog); returns the generation folder."""
+    folder = root / "gens" / f"{gen:08d}"
+    folder.mkdir(parents=True)
+    backend.save_state(folder)
+    for seg in (root / "segments").glob("*.tmp"):
+        seg.rename(seg.with_name(seg.name[:-len(".tmp")]))
+    return folder

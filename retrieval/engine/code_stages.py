@@ -17,7 +17,22 @@ from retrieval.engine.presets import record_reduction
 __all__ = ["BinaryStage", "CodesStage"]
 
 
-class CodesStage(FirstStage):
+class _CodeRows(FirstStage):
+    """The per-row state the two code stages share for segment merges: ``codes`` (n, w) aligned with the ids."""
+
+    def __init__(self, preset: dict, effective: dict):
+        super().__init__(preset, effective)
+        self._codes = None
+
+    def row_arrays(self) -> dict:
+        return {"codes": self._codes}
+
+    def from_rows(self, ids, arrays) -> None:
+        self._ids = np.asarray(ids, np.int64)
+        self._codes = np.asarray(arrays["codes"])
+
+
+class CodesStage(_CodeRows):
     """Global vectors stored only as PQ codes and ranked by the codes' own asymmetric distances.
 
     ``index.type == "adc"``: a :class:`retrieval.codes.ProductQuantizer` (``M`` x ``nbits``) trained with the
@@ -33,7 +48,6 @@ class CodesStage(FirstStage):
         super().__init__(preset, effective)
         self.pq = None
         self.ivf = None
-        self._codes = None
 
     @property
     def itype(self) -> str:
@@ -44,13 +58,6 @@ class CodesStage(FirstStage):
         part.pq = self.pq
         part.ivf = None if self.ivf is None else self.ivf.empty_like()
         return part
-
-    def row_arrays(self) -> dict:
-        return {"codes": self._codes}
-
-    def from_rows(self, ids, arrays) -> None:
-        self._ids = np.asarray(ids, np.int64)
-        self._codes = np.asarray(arrays["codes"])
 
     def absorb(self, parts) -> None:
         if self.itype == "adc":
@@ -195,7 +202,7 @@ class CodesStage(FirstStage):
         return [Hit(i, float(s), similarity=float(s), distance=d) for (d, i), s in zip(pairs, sims, strict=True)]
 
 
-class BinaryStage(FirstStage):
+class BinaryStage(_CodeRows):
     """The global vector turned into a binary code by an embedding of :mod:`retrieval.codes.binary` (PCAE-ITQ by
     default), searched through the table look-up scan. State: ``ids.npy`` (n,) int64 and ``codes.npy`` (n,
     nbits / 8) uint8."""
@@ -205,19 +212,11 @@ class BinaryStage(FirstStage):
     def __init__(self, preset: dict, effective: dict):
         super().__init__(preset, effective)
         self.embedding = None
-        self._codes = None
 
     def empty_part(self) -> BinaryStage:
         part = BinaryStage(self.preset, self.effective)
         part.embedding = self.embedding
         return part
-
-    def row_arrays(self) -> dict:
-        return {"codes": self._codes}
-
-    def from_rows(self, ids, arrays) -> None:
-        self._ids = np.asarray(ids, np.int64)
-        self._codes = np.asarray(arrays["codes"])
 
     def fit(self, encoder, features_of, n_images: int, rng) -> None:
         from retrieval.codes import binary

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import publish_state
 
 from retrieval.engine.backend import write_npy
 from retrieval.engine.code_stages import BinaryStage, CodesStage
@@ -30,17 +31,6 @@ def backend_with(rows, ids, search=None, **index):
         b.add_vectors(np.asarray(ids, np.int64), np.asarray(vectors, np.float32))
     b.encoder.projection = None
     return b
-
-
-def save_generation(backend, tmp_path, gen: int = 1):
-    """``backend``'s state saved as generation ``gen`` of an index folder under ``tmp_path``, its new segments
-    renamed into place as a publish does (retrieval.engine.segments); returns the generation folder."""
-    folder = tmp_path / "gens" / f"{gen:08d}"
-    folder.mkdir(parents=True)
-    backend.save_state(folder)
-    for seg in (tmp_path / "segments").glob("*.tmp"):
-        seg.rename(seg.with_name(seg.name[:-len(".tmp")]))
-    return folder
 
 
 def unit_rows(n, d, seed):
@@ -70,7 +60,7 @@ def test_ivfadc_with_all_lists_and_full_shortlist_equals_exhaustive(tmp_path, da
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
     b.encoder.local_pca = type("P", (), {"n_components": 4})()  # only .dim is read when saving
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
-    gen = save_generation(b, tmp_path)
+    gen = publish_state(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=16, shortlist=1200)
     c.load_state(gen)
     assert c.stage.ivf is not None and np.array_equal(c.ids, ids)
@@ -84,7 +74,7 @@ def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
     b = backend_with(V, ids, min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
     b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
-    gen = save_generation(b, tmp_path)
+    gen = publish_state(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [], min_images=1000, nlist=16, M=8, nbits=6, nprobe=4, shortlist=100)
     c.load_state(gen)
     recall = np.mean([len(set(h.id for h in c.first_stage(q, 10)) & set(exact_top(V, ids, q, 10))) / 10
@@ -107,7 +97,7 @@ def test_below_min_images_is_exhaustive_and_remove_drops_ids(tmp_path, data):
     b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
     b.remove(ids[:10])
-    gen = save_generation(b, tmp_path)
+    gen = publish_state(b, tmp_path)
     c = backend_with(np.zeros((0, 32)), [])
     c.load_state(gen)
     assert c.stage.ivf is None
@@ -140,7 +130,7 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
     b.remove(ids[:5])
     b.encoder.local_pca = type("P", (), {"n_components": 4})()
     b.preset["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
-    gen = save_generation(b, tmp_path)
+    gen = publish_state(b, tmp_path)
     c = make_backend(preset)
     c.stage.base.pq = pq
     c.load_state(gen)

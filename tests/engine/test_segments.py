@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import publish_state
 
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.presets import load_preset
@@ -29,17 +30,6 @@ def make(preset_name="default", **index):
     b.encoder.projection = None
     b.encoder.local_pca = type("P", (), {"n_components": 4})()   # only .dim is read when saving
     return b
-
-
-def publish(backend, root, gen):
-    """``backend``'s state as generation ``gen`` under ``root`` (new segments renamed into place as a publish
-    does); returns the generation folder."""
-    folder = root / "gens" / f"{gen:08d}"
-    folder.mkdir(parents=True)
-    backend.save_state(folder)
-    for seg in (root / "segments").glob("*.tmp"):
-        seg.rename(seg.with_name(seg.name[:-len(".tmp")]))
-    return folder
 
 
 def reopen(gen_folder, **index):
@@ -75,7 +65,7 @@ def grow(tmp_path, V, rounds=10, per_round=250, remove_per_round=40, **index):
             b.remove(gone)
             live = [i for i in live if i not in set(gone.tolist())]
         live += ids.tolist()
-        gen = publish(b, tmp_path, r + 1)
+        gen = publish_state(b, tmp_path, r + 1)
     return gen, np.array(sorted(live))
 
 
@@ -89,7 +79,7 @@ def test_ten_incremental_saves_rank_like_one_segment_of_the_same_rows(tmp_path, 
     assert len(header["segments"]) > 1 and header["format_version"] == 2
     # the same rows compacted into one segment (the same quantiser when there is one)
     grown.stage.plan_compaction(merge_all=True, retrain=False)
-    one_gen = publish(grown, tmp_path, 100)
+    one_gen = publish_state(grown, tmp_path, 100)
     one = reopen(one_gen, **index)
     assert len(json.loads((one_gen / "state.json").read_text())["segments"]) == 1
     assert ranked(reopen(gen, **index), Q) == ranked(one, Q)
@@ -126,7 +116,7 @@ def test_a_save_writes_only_what_changed_and_segments_are_shared(tmp_path, data)
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "segments").iterdir()}
     b = reopen(gen)
     b.add_vectors(np.array([5000]), V[:1])
-    new_gen = publish(b, tmp_path, 4)
+    new_gen = publish_state(b, tmp_path, 4)
     after = {p.name for p in (tmp_path / "segments").iterdir()}
     assert set(before) < after and len(after - set(before)) == 1   # one new segment, of one row
     new = (after - set(before)).pop()
@@ -143,7 +133,7 @@ def test_segments_are_merged_smallest_first_beyond_the_limit(tmp_path, data):
         b = make() if gen is None else reopen(gen)
         ids = np.arange(r * 10, r * 10 + 10 + 90 * (r == 0))   # a large first segment, then small ones
         b.add_vectors(ids, V[ids])
-        gen = publish(b, tmp_path, r + 1)
+        gen = publish_state(b, tmp_path, r + 1)
         names = [s["name"] for s in json.loads((gen / "state.json").read_text())["segments"]]
         assert len(names) <= MAX_SEGMENTS
     header = json.loads((gen / "state.json").read_text())
@@ -154,15 +144,15 @@ def test_removed_rows_are_never_returned_and_a_mostly_dead_segment_is_rewritten(
     V, Q = data
     b = make()
     b.add_vectors(np.arange(400), V[:400])
-    gen = publish(b, tmp_path, 1)
+    gen = publish_state(b, tmp_path, 1)
     b = reopen(gen)
     b.remove(np.arange(0, 400, 3))   # a third: above the dead fraction
-    gen = publish(b, tmp_path, 2)
+    gen = publish_state(b, tmp_path, 2)
     header = json.loads((gen / "state.json").read_text())
     assert [s["rows"] for s in header["segments"]] == [400 - len(range(0, 400, 3))]
     b = reopen(gen)
     b.remove(np.arange(1, 40, 3))    # a few: kept as a deletion list
-    gen = publish(b, tmp_path, 3)
+    gen = publish_state(b, tmp_path, 3)
     header = json.loads((gen / "state.json").read_text())
     assert header["segments"][0]["deleted"] == len(range(1, 40, 3))
     b = reopen(gen)
@@ -178,10 +168,10 @@ def test_a_quantizer_is_retrained_only_when_asked_or_outgrown(tmp_path, data):
     first = json.loads((gen / "state.json").read_text())["quantizer"]
     b = reopen(gen, **IVF)
     b.add_vectors(np.arange(5000, 5010), V[:10])
-    gen = publish(b, tmp_path, 10)
+    gen = publish_state(b, tmp_path, 10)
     assert json.loads((gen / "state.json").read_text())["quantizer"] == first
     b = reopen(gen, **IVF)
     b.stage.plan_compaction(merge_all=True, retrain=True)
-    gen = publish(b, tmp_path, 11)
+    gen = publish_state(b, tmp_path, 11)
     assert json.loads((gen / "state.json").read_text())["quantizer"] != first
     assert not quantizer_outgrown(16, 1024, 1000) and quantizer_outgrown(16, 1024, 39 * 32)
