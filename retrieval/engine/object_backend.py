@@ -62,10 +62,11 @@ class ObjectBackend(Backend):
         self.searcher.save(Path(folder) / "searcher")
         return {"files": ["searcher"]}
 
-    def _loaded(self, folder: Path) -> ObjectSearcher:
+    def _loaded(self, folder: Path, vocabulary=None) -> ObjectSearcher:
         """The saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
-        opened with a raised threshold, :func:`retrieval.app.index_support.adopt_thresholds`, uses it)."""
-        searcher = ObjectSearcher.load(folder)
+        opened with a raised threshold, :func:`retrieval.app.index_support.adopt_thresholds`, uses it);
+        ``vocabulary`` the model's, for a generation's searcher (saved without its own)."""
+        searcher = ObjectSearcher.load(folder, vocabulary=vocabulary)
         searcher.min_inliers = self.config.object_search.min_inliers
         return searcher
 
@@ -98,7 +99,8 @@ class ObjectBackend(Backend):
     def save_state(self, folder: Path) -> None:
         folder = Path(folder)
         write_npy(folder / "ids.npy", self._ids)
-        self.searcher.save(folder / "searcher")
+        # the vocabulary stays in the model folder (8.5 MB for `accurate`): a generation holds what it indexes
+        self.searcher.save(folder / "searcher", with_vocabulary=False)
         header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
                   "ntotal": int(len(self._ids))}
         with atomic_write(folder / "state.json", "w") as fh:
@@ -111,7 +113,7 @@ class ObjectBackend(Backend):
         folder = Path(folder)
         check_state_header(folder, self.kind)
         self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
-        self.searcher = self._loaded(folder / "searcher")
+        self.searcher = self._loaded(folder / "searcher", vocabulary=getattr(self.searcher, "vocabulary_", None))
 
     @property
     def verifier(self) -> Verifier:

@@ -20,6 +20,7 @@ Pipeline of :class:`ObjectSearcher`:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import numbers
 from pathlib import Path
@@ -30,7 +31,7 @@ from retrieval._version import __version__
 from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.cache import BytesLRU
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
-from retrieval.core.persistence import read_folder_header, save_npy_atomic, write_json_atomic
+from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
 from retrieval.engine.object_scores import word_matches
@@ -49,7 +50,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ObjectSearcher"]
 
 FORMAT = "retrieval-object-searcher"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2: the vocabulary may be kept by the model instead of the folder (``header["vocabulary"] == "model"``,
+with its digest); version 1 folders always hold ``vocabulary.npz`` and are still read."""
 RERANK = ("none", "exact", "spatial")
 METHODS = (*BOW_METHODS, "asmk")
 """Scorings: the BoW dissimilarities of Zhu et al. 2013 and the aggregated selective match kernel (ASMK*, Tolias et
@@ -60,6 +63,12 @@ DEFAULT_RATIO = 0.85
 """Ratio test of the tentative matches verified with stored features (the presets' ``search.ratio``)."""
 DEFAULT_VERIFY_TOP = 50
 """Images verified on the stored features when ``verify_top`` is not given (the presets' ``search.verify_top``)."""
+
+def vocabulary_digest(vocabulary: ApproximateKMeans) -> str:
+    """BLAKE2b (16 bytes, hex) of a vocabulary's words: names the vocabulary a searcher folder was built with."""
+    centers = np.ascontiguousarray(vocabulary.cluster_centers_)
+    return hashlib.blake2b(centers.view(np.uint8).ravel(), digest_size=16).hexdigest()
+
 
 def _descriptors(features, rootsift):
     d = np.asarray(features.descriptors)
@@ -401,13 +410,16 @@ class ObjectSearcher:
 
 
     # ------------------------------------------------------------------ persistence
-    def save(self, folder) -> Path:
+    def save(self, folder, *, with_vocabulary: bool = True) -> Path:
         """Folder: ``header.json``, ``vocabulary.npz``, ``invfile/``, ``signatures/`` (with ``signatures=True``),
-        forward arrays (``fwd_*.npy``)."""
+        forward arrays (``fwd_*.npy``). ``with_vocabulary=False``: the vocabulary is left to the model that
+        trained it (an index's generations: it is stored once per model, not per generation); the header keeps its
+        digest and :meth:`load` then needs it."""
         check_is_fitted(self, ["vocabulary_"])
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.vocabulary_.save(folder / "vocabulary.npz")
+        if with_vocabulary:
+            self.vocabulary_.save(folder / "vocabulary.npz")
         self.invfile_.save(folder / "invfile")
         if self.signatures:
             self.smk_.save(folder / "signatures")
@@ -429,18 +441,34 @@ class ObjectSearcher:
         params = {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers",
                                                 "rootsift", "max_train_descriptors", "vocabulary_params",
                                                 "signatures", "query_words", "threshold", "asymmetric")}
-        write_json_atomic(folder / "header.json", {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "class": "retrieval.engine.object_search.ObjectSearcher",
-            "library_version": __version__, "params": params, "ntotal": len(order)})
+        header = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                  "class": "retrieval.engine.object_search.ObjectSearcher", "library_version": __version__,
+                  "params": params, "ntotal": len(order),
+                  "vocabulary": "vocabulary.npz" if with_vocabulary else "model",
+                  "vocabulary_digest": vocabulary_digest(self.vocabulary_)}
+        write_json_atomic(folder / "header.json", header)
         return folder
 
     @classmethod
-    def load(cls, folder, *, mmap: bool = True) -> ObjectSearcher:
-        """Open a folder written by :meth:`save` (postings and forward arrays memory-mapped when ``mmap``)."""
+    def load(cls, folder, *, mmap: bool = True, vocabulary: ApproximateKMeans | None = None) -> ObjectSearcher:
+        """Open a folder written by :meth:`save` (postings and forward arrays memory-mapped when ``mmap``).
+        ``vocabulary``: the model's, for a folder saved without its own (``with_vocabulary=False``); it must be
+        the one the folder was built with (its digest is checked)."""
         folder = Path(folder)
-        header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "object searcher")
+        try:
+            header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "object searcher")
+        except FormatError:
+            header = read_folder_header(folder, FORMAT, 1, "object searcher")   # always holds its vocabulary
         obj = cls(**header["params"])
-        obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
+        if header.get("vocabulary", "vocabulary.npz") != "model":
+            obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
+        elif vocabulary is None:
+            raise FormatError(f"{folder}: the vocabulary is kept by the index's model; open this searcher with it.")
+        elif vocabulary_digest(vocabulary) != header.get("vocabulary_digest"):
+            raise FormatError(f"{folder}: built with another vocabulary than the model's (digest "
+                              f"{header.get('vocabulary_digest')!r}, the model's {vocabulary_digest(vocabulary)!r}).")
+        else:
+            obj.vocabulary_ = vocabulary
         obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)
         if obj.signatures:
             obj.smk_ = smk.SMKFile.load(folder / "signatures", mmap=mmap)

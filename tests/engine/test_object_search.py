@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from retrieval.core.persistence import FormatError
 from retrieval.engine.hits import Hit
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.features import LocalFeatures
@@ -279,3 +280,40 @@ def test_verify_top_limits_the_images_verified(asmk_world):
     asked.clear()
     s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="spatial", get_features=counted)
     assert len(asked) == min(len(first), 50)   # the default: VERIFY_SHORTLIST
+
+
+def test_a_searcher_saved_without_its_vocabulary_opens_only_with_the_one_it_was_built_with(asmk_world, tmp_path):
+    """An index's generations leave the vocabulary to the model: the folder holds no copy, records the digest, and
+    opens with the same vocabulary (same answers), never with another one or none."""
+    s, db, q = asmk_world
+    box = (50, 50, 150, 150)
+    folder = s.save(tmp_path / "gen", with_vocabulary=False)
+    assert not (folder / "vocabulary.npz").exists()
+    with pytest.raises(FormatError, match="kept by the index's model"):
+        ObjectSearcher.load(folder)
+    other = ObjectSearcher(300, rootsift=False, vocabulary_params={"n_iter": 3}, signatures=True,
+                           random_state=1).fit(db)
+    with pytest.raises(FormatError, match="another vocabulary"):
+        ObjectSearcher.load(folder, vocabulary=other.vocabulary_)
+    back = ObjectSearcher.load(folder, vocabulary=s.vocabulary_)
+    want = s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")
+    got = back.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")
+    assert [(h.id, h.score) for h in got] == [(h.id, h.score) for h in want]
+    # a folder that holds its vocabulary ignores the one given
+    full = ObjectSearcher.load(s.save(tmp_path / "full"), vocabulary=other.vocabulary_)
+    assert np.array_equal(full.vocabulary_.cluster_centers_, s.vocabulary_.cluster_centers_)
+
+
+def test_a_searcher_folder_of_the_previous_format_still_opens(asmk_world, tmp_path):
+    """Version 1 folders (every index written before the vocabulary moved to the model) hold their vocabulary."""
+    import json
+    s, _, q = asmk_world
+    folder = s.save(tmp_path / "v1")
+    header = json.loads((folder / "header.json").read_text())
+    header["format_version"] = 1
+    for key in ("vocabulary", "vocabulary_digest"):
+        header.pop(key)
+    (folder / "header.json").write_text(json.dumps(header))
+    back = ObjectSearcher.load(folder)
+    assert [h.id for h in back.search(q, k=5, method="asmk", rerank="none")] == \
+        [h.id for h in s.search(q, k=5, method="asmk", rerank="none")]
