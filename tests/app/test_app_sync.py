@@ -361,3 +361,23 @@ def test_a_run_left_running_by_a_killed_process_shows_as_interrupted(cli_index):
     finally:
         idx.catalog.end_running_runs("interrupted")
         idx.close()
+
+
+def test_the_unchanged_folder_shortcut_answers_only_when_nothing_can_differ():
+    """A sync of an unchanged folder counts in one pass (``unchanged_counts``); any difference the full comparison
+    would act on (a size, an mtime, a new, gone or excluded file, a row not settled) sends it to that comparison."""
+    from retrieval.app.index_build import unchanged_counts
+    rows = [("/p/a.jpg", 0, 10, 1.5, "indexed", "h0"), ("/p/b.jpg", 1, 20, 2.5, "indexed", "h1"),
+            ("/p/c.jpg", 2, 0, 3.5, "error", None)]
+    walked = {"/p/a.jpg": (10, 1.5), "/p/b.jpg": (20, 2.5), "/p/c.jpg": (0, 3.5)}
+    files = sorted(walked)
+    assert unchanged_counts(files, walked, rows) == (2, 1)
+    assert unchanged_counts(files, {**walked, "/p/b.jpg": (21, 2.5)}, rows) is None          # size
+    assert unchanged_counts(files, {**walked, "/p/b.jpg": (20, 2.75)}, rows) is None         # mtime
+    assert unchanged_counts(files, walked, rows[:2]) is None                                 # a new file
+    assert unchanged_counts(files[:2], dict(list(walked.items())[:2]), rows) is None        # a gone file
+    assert unchanged_counts(files[:2], walked, rows[:2]) is None                             # an excluded file
+    moved = {"/p/a.jpg": (10, 1.5), "/p/b2.jpg": (20, 2.5), "/p/c.jpg": (0, 3.5)}
+    assert unchanged_counts(sorted(moved), moved, rows) is None                              # a rename
+    pending = [*rows[:2], ("/p/c.jpg", 2, 0, 3.5, "pending", None)]
+    assert unchanged_counts(files, walked, pending) is None                                  # not settled
