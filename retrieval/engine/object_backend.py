@@ -3,23 +3,17 @@ BoW in an inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranki
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import (
-    STATE_FORMAT,
-    STATE_FORMAT_VERSION,
     Backend,
-    check_state_header,
     query_expansion_count,
-    read_npy,
-    write_npy,
 )
 from retrieval.engine.config import METHOD_ALPHA, OBJECT_METHODS
 from retrieval.engine.hits import Hit
+from retrieval.engine.object_parts import ObjectSegments
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.engine.presets import record_reduction
 from retrieval.rerank.verifier import Verifier
@@ -28,16 +22,18 @@ from retrieval.rerank.verifier import Verifier
 class ObjectBackend(Backend):
     """Adapter of :class:`retrieval.engine.object_search.ObjectSearcher` to the backend interface.
 
-    The searcher keeps its own model (vocabulary, idf) and inverted file; ``save_model`` stores the trained but
-    empty searcher, ``save_state`` the searcher with its postings (its own folder format, docs/formats.md).
+    The model is the trained but empty searcher (vocabulary, parameters), saved by ``save_model``; the state is
+    made of immutable segments (:mod:`retrieval.engine.object_parts`), each a searcher folder of the images one sync
+    added. ``searcher`` is the view that searches them as one collection, rebuilt by the writer's calls only.
     """
 
     kind = "object"
 
     def __init__(self, preset: dict):
         super().__init__(preset)
+        self.model = None
+        self.state = None
         self.searcher = None
-        self._ids = np.empty(0, np.int64)
 
     def _new(self, n_descriptors: int):
         cfg = self.config
@@ -51,69 +47,70 @@ class ObjectBackend(Backend):
             params["n_words"] = cap
         return ObjectSearcher(**params)
 
+    def _use_model(self, model: ObjectSearcher) -> None:
+        self.model = model
+        self.state = ObjectSegments(model)
+        self.searcher = self.state.view()
+
     def train(self, features_of, n_images: int, progress=None) -> None:
         feats = [features_of(i) for i in range(n_images)]
-        self.searcher = self._new(sum(len(f) for f in feats)).fit(feats)
+        self._use_model(self._new(sum(len(f) for f in feats)).fit(feats))
         if progress:
             progress(3, 3)
         self.trained = True
 
     def save_model(self, folder: Path) -> dict:
-        self.searcher.save(Path(folder) / "searcher")
+        self.model.save(Path(folder) / "searcher")
         return {"files": ["searcher"]}
 
     def _loaded(self, folder: Path, vocabulary=None) -> ObjectSearcher:
-        """The saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
+        """A saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
         opened with a raised threshold, :func:`retrieval.app.index_support.adopt_thresholds`, uses it);
-        ``vocabulary`` the model's, for a generation's searcher (saved without its own)."""
+        ``vocabulary`` the model's, for a segment (saved without its own)."""
         searcher = ObjectSearcher.load(folder, vocabulary=vocabulary)
         searcher.min_inliers = self.config.object_search.min_inliers
         return searcher
 
     def load_model(self, folder: Path, info: dict) -> None:
-        self._model_folder = Path(folder) / "searcher"
-        self.searcher = self._loaded(self._model_folder)
+        self._use_model(self._loaded(Path(folder) / "searcher"))
         self.trained = True
 
     @property
     def ids(self) -> np.ndarray:
-        return self._ids
+        return self.state.ids if self.state is not None else np.empty(0, np.int64)
 
     def add(self, ids, features, progress=None) -> None:
         ids = np.asarray(ids, dtype=np.int64)
         step = 64
         for s in range(0, len(features), step):
-            self.searcher.add(ids[s:s + step], list(features[s:s + step]))
+            self.state.add(ids[s:s + step], list(features[s:s + step]))
             if progress:
                 progress(min(s + step, len(features)), len(features))
-        self.searcher.commit()
-        self._ids = np.concatenate([self._ids, ids])
+        self.state.commit()
+        self.searcher = self.state.view()
 
     def remove(self, ids) -> None:
-        ids = np.asarray(list(ids), dtype=np.int64)
-        present = ids[np.isin(ids, self._ids)]
-        if len(present):
-            self.searcher.remove(present)
-            self._ids = self._ids[~np.isin(self._ids, present)]
+        self.state.remove(ids)
+        self.searcher = self.state.view()
 
     def save_state(self, folder: Path) -> None:
-        folder = Path(folder)
-        write_npy(folder / "ids.npy", self._ids)
-        # the vocabulary stays in the model folder (8.5 MB for `accurate`): a generation holds what it indexes
-        self.searcher.save(folder / "searcher", with_vocabulary=False)
-        header = {"format": STATE_FORMAT, "format_version": STATE_FORMAT_VERSION, "kind": self.kind,
-                  "ntotal": int(len(self._ids))}
-        with atomic_write(folder / "state.json", "w") as fh:
-            json.dump(header, fh, indent=2, sort_keys=True)
+        self.state.save(Path(folder))
+        self.searcher = self.state.view()
 
     def load_state(self, folder) -> None:
-        if folder is None:
-            self._ids = np.empty(0, np.int64)
-            return
-        folder = Path(folder)
-        check_state_header(folder, self.kind)
-        self._ids = np.asarray(read_npy(folder / "ids.npy", mmap=False), dtype=np.int64)
-        self.searcher = self._loaded(folder / "searcher", vocabulary=getattr(self.searcher, "vocabulary_", None))
+        vocabulary = self.model.vocabulary_
+        self.state.load(None if folder is None else Path(folder), lambda path: self._loaded(path, vocabulary))
+        self.searcher = self.state.view()
+
+    def segment_info(self) -> dict:
+        return self.state.info()
+
+    def plan_compaction(self, *, merge_all: bool, retrain: bool) -> bool:
+        """Merging is planned; ``retrain`` is refused (the vocabulary is the model's: a new model is a new index)."""
+        if retrain:
+            return False
+        self.state.merge_all = self.state.merge_all or bool(merge_all)
+        return True
 
     @property
     def verifier(self) -> Verifier:
@@ -138,7 +135,7 @@ class ObjectBackend(Backend):
             raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
                              f"{', '.join(sorted(options))}.")
         n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
-        if len(self._ids) == 0:
+        if self.searcher.ntotal == 0:
             return []
         # with the stored features the searcher verifies on RootSIFT ratio-test matches (the matches the decision
         # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as

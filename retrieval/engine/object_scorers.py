@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.core.cache import BytesLRU
+from retrieval.engine.object_parts import topk_by_id
 from retrieval.engine.object_scores import object_similarity, unverified_hits
 from retrieval.features.frames import select_in_box
 from retrieval.rerank.verifier import Described, Verifier
 from retrieval.search import smk
-from retrieval.search.invfile import topk_smallest
 
 __all__ = ["AsmkScorer", "BowScorer", "Round"]
 
@@ -97,13 +97,13 @@ class BowScorer:
         if rnd.exclude:
             scores = np.where(np.isin(inv.ids_, list(rnd.exclude)), np.inf, scores)
         R = min(max(s.shortlist, rnd.k), int(np.isfinite(scores).sum()))
-        top = topk_smallest(scores, R)
+        top = topk_by_id(scores, inv.ids_, R)   # ties by id: the same lists however the images are stored
         ids, sc = inv.ids_[top], scores[top]
         k = rnd.k
         if rnd.rerank == "none":
             return unverified_hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
         sc = s.exact(qw, qtf, ids, method, weight)
-        order = np.lexsort((np.arange(len(ids)), sc))
+        order = np.lexsort((ids, sc))
         ids, sc = ids[order], sc[order]
         sims = object_similarity(sc, method, qv, weight)
         if rnd.rerank == "exact":
@@ -157,8 +157,7 @@ class AsmkScorer:
         if rnd.exclude:
             d = np.where(np.isin(ids, list(rnd.exclude)), np.inf, d)
         R = min(max(s.shortlist, rnd.k), int(np.isfinite(d).sum()))
-        top = topk_smallest(d, R)
-        top = top[np.lexsort((ids[top], d[top]))]   # ties broken by id
+        top = topk_by_id(d, ids, R)   # ties broken by id, also at the R-th
         hits = unverified_hits(ids[top], d[top], sims[top])
         if rnd.rerank != "spatial":
             return hits[:rnd.k], []

@@ -33,6 +33,7 @@ from retrieval.core.cache import BytesLRU
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.engine.hits import Hit, finish_ranking
+from retrieval.engine.object_forward import ForwardEntries
 from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
 from retrieval.engine.object_scores import word_matches
 from retrieval.features.frames import parse_box, select_in_box
@@ -75,66 +76,6 @@ def _descriptors(features, rootsift):
     if d.dtype == np.uint8 and rootsift:
         return np.ascontiguousarray(root_sift(d), dtype=np.float32)
     return np.ascontiguousarray(d, dtype=np.float32)
-
-
-class ForwardEntries:
-    """The forward index of an :class:`ObjectSearcher`: image id -> (words (F, r) int32, weights (F, r) float32,
-    frames (F, 6) float32, size (w, h)).
-
-    The entries of a loaded searcher stay in their saved arrays (memory-mapped; an id is found by a binary search
-    of the sorted ids, no per-image object is built when a searcher is opened); entries added later are kept in a
-    dict, and removed ids are remembered until the next save writes the arrays again."""
-
-    def __init__(self, arrays: dict | None = None):
-        self._added = {}
-        self._removed = set()
-        if arrays is None:
-            self._ids = np.empty(0, np.int64)
-            self._order = self._ids
-            self._arrays = None
-            return
-        self._ids = np.asarray(arrays["ids"], np.int64)
-        self._order = np.argsort(self._ids, kind="stable")
-        self._arrays = arrays
-
-    def _saved(self, image_id: int):
-        if not len(self._ids) or image_id in self._removed:
-            return None
-        pos = int(np.searchsorted(self._ids, image_id, sorter=self._order))
-        if pos >= len(self._ids) or self._ids[self._order[pos]] != image_id:
-            return None
-        j = int(self._order[pos])
-        a = self._arrays
-        lo, hi = int(a["indptr"][j]), int(a["indptr"][j + 1])
-        return (a["words"][lo:hi], a["weights"][lo:hi], a["frames"][lo:hi], tuple(int(v) for v in a["sizes"][j]))
-
-    def get(self, image_id, default=None):
-        image_id = int(image_id)
-        if image_id in self._added:
-            return self._added[image_id]
-        entry = self._saved(image_id)
-        return default if entry is None else entry
-
-    def __getitem__(self, image_id):
-        entry = self.get(image_id)
-        if entry is None:
-            raise KeyError(image_id)
-        return entry
-
-    def __contains__(self, image_id) -> bool:
-        return self.get(image_id) is not None
-
-    def update(self, entries: dict) -> None:
-        for i, entry in entries.items():
-            self._removed.discard(int(i))
-            self._added[int(i)] = entry
-
-    def pop(self, image_id, default=None):
-        entry = self.get(image_id)
-        self._added.pop(int(image_id), None)
-        if entry is not None:
-            self._removed.add(int(image_id))
-        return default if entry is None else entry
 
 
 class ObjectSearcher:
@@ -206,11 +147,37 @@ class ObjectSearcher:
         params = dict(self.vocabulary_params or {})
         self.vocabulary_ = ApproximateKMeans(self.n_words, random_state=rng, **params).fit(X)
         self.vocabulary_.random_state = None
+        return self._empty_state()
+
+    def _empty_state(self) -> ObjectSearcher:
         self.invfile_ = InvertedFile(self.n_words, idf=self.idf)
         if self.signatures:
-            self.smk_ = smk.SMKFile(self.n_words, X.shape[1], idf=self.idf)
+            self.smk_ = smk.SMKFile(self.n_words, self.vocabulary_.cluster_centers_.shape[1], idf=self.idf)
         self._fwd = ForwardEntries()
         return self
+
+    def params(self) -> dict:
+        """The constructor's parameters (what :meth:`save` records)."""
+        return {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers", "rootsift",
+                                              "max_train_descriptors", "vocabulary_params", "signatures",
+                                              "query_words", "threshold", "asymmetric")}
+
+    def empty_like(self) -> ObjectSearcher:
+        """A searcher with this one's parameters and vocabulary (shared) and nothing indexed."""
+        check_is_fitted(self, ["vocabulary_"])
+        out = type(self)(**self.params())
+        out.vocabulary_ = self.vocabulary_
+        return out._empty_state()
+
+    @classmethod
+    def composed(cls, model: ObjectSearcher, invfile, signatures, forward) -> ObjectSearcher:
+        """A searcher with ``model``'s parameters and vocabulary over an inverted file, signatures and forward index
+        given from outside (the views of :mod:`retrieval.engine.object_parts`: several parts searched as one)."""
+        out = model.empty_like()
+        out.invfile_, out._fwd = invfile, forward
+        if out.signatures:
+            out.smk_ = signatures
+        return out
 
     def assign(self, desc):
         """Words (F, r) int32 and weights (F, r) float32 of descriptors (r = 1 hard, 3 soft)."""
@@ -231,19 +198,24 @@ class ObjectSearcher:
             raise ValueError(f"ids must be a 1-d integer array; got shape {ids.shape} and dtype {ids.dtype}.")
         if len(features_list) != ids.shape[0]:
             raise ValueError(f"ids has {ids.shape[0]} entries but features_list holds {len(features_list)}.")
-        items, signed = [], []
-        entries = {}
+        signed, entries = [], {}
         for i, f in zip(ids.tolist(), features_list, strict=True):
             desc = _descriptors(f, self.rootsift)
             w, wt = self.assign(desc)
             entries[int(i)] = (w, wt, np.asarray(f.frames, np.float32), tuple(int(v) for v in f.image_size))
-            items.append((w.ravel(), wt.ravel()))
             if self.signatures:   # one word per database descriptor (its nearest), as ASMK*
                 uw, V = smk.aggregate_residuals(desc, w[:, 0], self.vocabulary_.cluster_centers_)
                 signed.append((uw, smk.binarize(V)))
-        self.invfile_.add(ids.astype(np.int64), items)   # validates ids (duplicates, already indexed)
+        return self.add_encoded(ids.astype(np.int64), entries, signed)
+
+    def add_encoded(self, ids, entries: dict, signed: list) -> ObjectSearcher:
+        """Index images already encoded (a merge of parts copies them, nothing is assigned again): ``entries`` id
+        -> forward entry (:meth:`forward`), ``signed`` their (words, signatures) in the order of ``ids``."""
+        ids = np.asarray(ids, np.int64)
+        items = [(np.asarray(entries[int(i)][0]).ravel(), np.asarray(entries[int(i)][1]).ravel()) for i in ids]
+        self.invfile_.add(ids, items)   # validates ids (duplicates, already indexed)
         if self.signatures:
-            self.smk_.add(ids.astype(np.int64), signed)
+            self.smk_.add(ids, signed)
         self._fwd.update(entries)
         return self
 
@@ -263,6 +235,10 @@ class ObjectSearcher:
         self.invfile_.commit()
         if self.signatures:
             self.smk_.commit()
+
+    def forward_entries(self) -> ForwardEntries:
+        """The forward index (id -> :meth:`forward` entry)."""
+        return self._fwd
 
     def forward(self, image_id: int):
         """The forward entry of an indexed image: (words (F, r) int32, weights (F, r) float32, frames (F, 6)
@@ -438,9 +414,7 @@ class ObjectSearcher:
         save_npy_atomic(folder / "fwd_weights.npy", cat(1, (0, r), np.float32))
         save_npy_atomic(folder / "fwd_frames.npy", cat(2, (0, 6), np.float32))
         save_npy_atomic(folder / "fwd_sizes.npy", np.array([self._fwd[i][3] for i in order], np.int64).reshape(-1, 2))
-        params = {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers",
-                                                "rootsift", "max_train_descriptors", "vocabulary_params",
-                                                "signatures", "query_words", "threshold", "asymmetric")}
+        params = self.params()
         header = {"format": FORMAT, "format_version": FORMAT_VERSION,
                   "class": "retrieval.engine.object_search.ObjectSearcher", "library_version": __version__,
                   "params": params, "ntotal": len(order),

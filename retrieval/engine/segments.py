@@ -53,7 +53,7 @@ DEAD_FRACTION = 0.25
 QUANTIZER_SAMPLE_PER_LIST = 256
 """Training vectors per coarse list drawn to train the IVFADC quantiser (faiss's max_points_per_centroid)."""
 
-__all__ = ["MAX_SEGMENTS", "SegmentedStage", "quantizer_outgrown", "segment_names", "segments_root"]
+__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "quantizer_outgrown", "segment_names", "segments_root"]
 
 
 def segments_root(gen_folder) -> Path:
@@ -82,6 +82,21 @@ def quantizer_outgrown(trained_nlist: int, preset_nlist: int, n: int) -> bool:
     """True when a collection of ``n`` images outgrew a quantiser trained with ``trained_nlist`` lists: the
     ``nlist`` chosen for ``n`` (``min(preset_nlist, n // 39)``) is at least twice ``trained_nlist``."""
     return min(int(preset_nlist), max(1, n // 39)) >= 2 * int(trained_nlist)
+
+
+def choose_merges(parts: list, merge_all: bool) -> list[list]:
+    """The segments a save merges into one (module docstring): every segment not written yet (what this writer
+    added, a state of format version 1) or with more than :data:`DEAD_FRACTION` of its rows deleted, plus the
+    smallest others while more than :data:`MAX_SEGMENTS` would remain; all of them with ``merge_all`` (a
+    compaction). ``parts``: objects with ``name`` (None: not written yet), ``rows`` and ``live``."""
+    if merge_all:
+        return [parts] if parts else []
+    need = [p for p in parts if p.name is None or p.live < p.rows * (1 - DEAD_FRACTION)]
+    others = sorted((p for p in parts if all(p is not x for x in need)), key=lambda p: p.live)
+    extra = len(others) + (1 if need else 0) - MAX_SEGMENTS
+    if extra > 0:
+        need = need + others[:extra + (0 if need else 1)]
+    return [need] if need else []
 
 
 @dataclass
@@ -280,19 +295,6 @@ class SegmentedStage(FirstStage):
         ix = self.config.index
         return self.stores_vectors and ix.type == "ivfadc" and n >= ix.min_images
 
-    def _choose_merges(self, parts: list[Segment]) -> list[list[Segment]]:
-        """The segments a save merges into one (module docstring): every segment not written yet (what this
-        writer added, a state of format version 1) or with more than :data:`DEAD_FRACTION` of its rows deleted,
-        plus the smallest others while more than :data:`MAX_SEGMENTS` would remain; all of them for a compaction."""
-        if self.merge_all:
-            return [parts] if parts else []
-        need = [p for p in parts if p.name is None or p.live < p.rows * (1 - DEAD_FRACTION)]
-        others = sorted((p for p in parts if all(p is not x for x in need)), key=lambda p: p.live)
-        extra = len(others) + (1 if need else 0) - MAX_SEGMENTS
-        if extra > 0:
-            need = need + others[:extra + (0 if need else 1)]
-        return [need] if need else []
-
     def save_state(self, folder: Path, dim) -> None:
         """Write the new segments (into ``segments/<name>.tmp``, renamed by the publish) and the generation's
         ``state.json`` and ``deleted.npy`` (module docstring)."""
@@ -321,9 +323,9 @@ class SegmentedStage(FirstStage):
                 groups = [parts]   # every segment gets inverted lists of the new quantiser
             else:
                 quantizer = self._quantizer(root)
-                groups = self._choose_merges(parts)
+                groups = choose_merges(parts, self.merge_all)
         else:
-            groups = self._choose_merges(parts)
+            groups = choose_merges(parts, self.merge_all)
         merged_away = {id(p) for g in groups for p in g}
         kept = [p for p in parts if id(p) not in merged_away]
         written = []

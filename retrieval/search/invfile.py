@@ -178,7 +178,7 @@ class InvertedFile:
                self.idf_, n, n1, n2)
         self.norm1_ = n1
         self.norm2_ = np.sqrt(n2)
-        self._norm2sq = n2
+        self._norm2sq = self.norm2_ ** 2   # as a loaded file has it (norm2 is saved): the same scores either way
         self._sum_norm1 = float(n1.sum())
 
     @classmethod
@@ -256,6 +256,27 @@ class InvertedFile:
         ``qv`` must be computed with the committed ``idf_`` (call :meth:`commit` first)."""
         self._commit()
         return self._scores(qw, qv, method, float(alpha))
+
+    def terms(self, qw, qv, method: str) -> dict:
+        """The per-image terms of :meth:`scores_of_weights` before the collection-wide weight, for scoring several
+        inverted files as one collection: l1 / l2 ``{"scores"}`` (no collection term); delta1 ``{"acc", "norm1"}``
+        (eq. 9: ``norm1 - wbar acc`` with ``wbar = alpha sum(norm1) / sum(acc)``); delta2 ``{"qterm", "tterm"}``
+        (eq. 11: ``w qterm + tterm`` with ``w = alpha sum(tterm) / sum(qterm)``). Sums over the images of every
+        file give the weights of the whole collection."""
+        self._commit()
+        n = self.ids_.shape[0]
+        indptr, pids, ptf = np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_)
+        if method in ("l1", "l2"):
+            return {"scores": self._scores(qw, qv, method, 1.0)[0]}
+        if method == "delta1":
+            acc = np.zeros(n, dtype=np.float64)
+            acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            return {"acc": acc, "norm1": np.asarray(self.norm1_, np.float64)}
+        acc3 = np.zeros((n, 3), dtype=np.float64)
+        acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
+        qq = float((qv * qv).sum())
+        return {"qterm": np.sqrt(np.maximum(qq - 2.0 * acc3[:, 1] + acc3[:, 2], 0.0)),
+                "tterm": np.sqrt(np.maximum(self._norm2sq - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))}
 
     def _scores(self, qw, qv, method, alpha):
         n = self.ids_.shape[0]

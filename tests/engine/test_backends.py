@@ -190,6 +190,7 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
 
     class Searcher:
         asked = []
+        ntotal = 2
 
         def verifier(self, ratio):
             return ("verifier", ratio)
@@ -206,7 +207,7 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
                     Hit(5, 0.6, similarity=0.6, distance=0.5)]
 
     b = ObjectBackend(load_preset("object"))
-    b.searcher, b._ids = Searcher(), np.array([3, 5])
+    b.searcher = Searcher()
     for rerank in ("none", "exact", "spatial"):
         hits = b.search(None, k=2, query_box=None, rerank=rerank)
         assert [(h.id, h.distance, h.similarity) for h in hits] == [(3, 0.25, 0.8), (5, 0.5, 0.6)]

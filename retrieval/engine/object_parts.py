@@ -1,0 +1,301 @@
+"""Incremental generations of the object presets: the state of an :class:`ObjectSearcher` as immutable segments.
+
+The same scheme as the global presets (:mod:`retrieval.engine.segments`): a generation's ``state.json`` (format
+``retrieval-index-state`` version 2, kind ``object``) lists its segments, ``deleted.npy`` the ids removed from them
+since they were written; a segment ``segments/<name>/searcher/`` is an :class:`ObjectSearcher` folder of the images
+one sync added (inverted file, binary signatures, forward arrays), saved without the vocabulary (the model keeps it
+once). A sync writes one segment for what it adds; merges follow :func:`retrieval.engine.segments.choose_merges`
+and copy the images' words, weights, frames and signatures as they are (nothing is assigned again).
+
+Scoring several segments as one collection (:func:`view`):
+
+- ASMK* (Tolias et al. 2013, eq. 17 with the normalisation of eq. 6): without idf a database image's similarity
+  depends on its own signatures only, so every segment scores its images and the scores are put side by side;
+- the BoW dissimilarities of Zhu et al. 2013: l1 / l2 (eq. 1) per image; delta_1 / delta_2 (eq. 9, 11) need the
+  collection's sums, taken over the live images of every segment (:meth:`InvertedFile.terms`) in id order;
+- the first ``R`` images are chosen by (score, id) (:func:`topk_by_id`), so the lists do not depend on how the
+  images are spread over segments: after any sequence of syncs they equal those of one build.
+
+With idf (the ``object`` preset) every image's weights depend on the whole collection: its state is kept as one
+segment, rewritten at every sync (docs/differences.md).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.core.persistence import atomic_write
+from retrieval.engine.backend import STATE_FORMAT, read_npy, write_npy
+from retrieval.engine.segments import SEGMENTED_FORMAT_VERSION, choose_merges, segments_root
+
+__all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
+
+MERGE_BATCH = 256
+"""Images copied at a time by a merge."""
+
+
+def topk_by_id(d: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest entries of ``d``, ties broken by ``ids`` (also at the k-th value), sorted by
+    (value, id): the choice does not depend on the order of the rows."""
+    n = len(d)
+    if n == 0 or k <= 0:
+        return np.zeros(0, np.int64)
+    if k < n:
+        thr = d[np.argpartition(d, k - 1)[k - 1]]
+        below = np.flatnonzero(d < thr)
+        at = np.flatnonzero(d == thr)
+        at = at[np.argsort(ids[at], kind="stable")[:k - len(below)]]
+        top = np.concatenate([below, at])
+    else:
+        top = np.arange(n)
+    return top[np.lexsort((ids[top], d[top]))].astype(np.int64)
+
+
+@dataclass
+class Part:
+    """One loaded segment: its folder name (None: not written yet), its searcher and the ids deleted from it since
+    it was written (sorted)."""
+
+    name: str | None
+    searcher: object
+    dead: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.asarray(self.searcher.invfile_.ids_)
+
+    @property
+    def rows(self) -> int:
+        return int(len(self.ids))
+
+    @property
+    def live(self) -> int:
+        return self.rows - int(len(self.dead))
+
+    def live_mask(self) -> np.ndarray:
+        return ~np.isin(self.ids, self.dead) if len(self.dead) else np.ones(self.rows, bool)
+
+
+class PartsForward:
+    """The forward entries of several parts (an id is looked up in each part in turn)."""
+
+    def __init__(self, parts: list[Part]):
+        self.parts = parts
+
+    def get(self, image_id, default=None):
+        for p in self.parts:
+            if not (len(p.dead) and np.isin(int(image_id), p.dead)):
+                entry = p.searcher.forward_entries().get(int(image_id))
+                if entry is not None:
+                    return entry
+        return default
+
+    def __getitem__(self, image_id):
+        entry = self.get(image_id)
+        if entry is None:
+            raise KeyError(image_id)
+        return entry
+
+    def __contains__(self, image_id) -> bool:
+        return self.get(image_id) is not None
+
+
+class PartsSignatures:
+    """The binary signatures of several parts read as one :class:`retrieval.search.smk.SMKFile` (no idf): rows are
+    the parts' live rows, part after part."""
+
+    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray):
+        self.parts, self.masks, self.ids_ = parts, masks, ids
+
+    def similarities(self, qwords, qvec, **options) -> np.ndarray:
+        out = [p.searcher.smk_.similarities(qwords, qvec, **options)[m] for p, m in zip(self.parts, self.masks,
+                                                                                          strict=True)]
+        return np.concatenate(out) if out else np.zeros(0, np.float64)
+
+    def signatures_of(self, image_id, words=None):
+        for p in self.parts:
+            if len(p.dead) and np.isin(int(image_id), p.dead):
+                continue
+            try:
+                return p.searcher.smk_.signatures_of(image_id, words=words)
+            except KeyError:
+                continue
+        raise KeyError(f"image id {int(image_id)} is not indexed.")
+
+
+class PartsInvertedFile:
+    """The inverted files of several parts scored as one collection (module docstring; no idf)."""
+
+    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray, n_words: int):
+        self.parts, self.masks, self.ids_ = parts, masks, ids
+        self.idf_ = np.ones(n_words)
+        self._by_id = np.argsort(ids, kind="stable")
+
+    @property
+    def ntotal(self) -> int:
+        return int(len(self.ids_))
+
+    def commit(self) -> None:
+        """Nothing pending: the parts are committed."""
+
+    def scores_of_weights(self, qw, qv, method: str, alpha: float):
+        terms = [p.searcher.invfile_.terms(qw, qv, method) for p in self.parts]
+        t = {key: np.concatenate([x[key][m] for x, m in zip(terms, self.masks, strict=True)])
+             for key in (terms[0] if terms else {})}
+        if method in ("l1", "l2"):
+            return t.get("scores", np.zeros(0)), float("nan")
+        order = self._by_id   # sums in id order: the same whatever the segments
+        if method == "delta1":
+            total = float(t["acc"][order].sum())
+            wbar = alpha * float(t["norm1"][order].sum()) / total if total > 0 else 0.0
+            return t["norm1"] - wbar * t["acc"], wbar
+        den = float(t["qterm"][order].sum())
+        w = alpha * float(t["tterm"][order].sum()) / den if den > 0 else 0.0
+        return w * t["qterm"] + t["tterm"], w
+
+
+def view(model, parts: list[Part]):
+    """A searcher that searches ``parts`` as one collection (module docstring); ``model`` gives the parameters and
+    the vocabulary. With idf, the parts are merged first (one collection's weights)."""
+    if model.idf and (len(parts) > 1 or any(len(p.dead) for p in parts)):
+        parts = [Part(None, merged(model, parts))]
+    if model.idf:
+        one = parts[0].searcher if parts else model.empty_like()
+        return model.composed(model, one.invfile_, getattr(one, "smk_", None), one.forward_entries())
+    masks = [p.live_mask() for p in parts]
+    ids = np.concatenate([p.ids[m] for p, m in zip(parts, masks, strict=True)]) if parts else np.empty(0, np.int64)
+    signatures = PartsSignatures(parts, masks, ids) if model.signatures else None
+    return model.composed(model, PartsInvertedFile(parts, masks, ids, model.n_words), signatures,
+                          PartsForward(parts))
+
+
+def merged(model, parts: list[Part]):
+    """One searcher holding the live images of ``parts`` in id order, copied as they are (words, weights, frames,
+    signatures: nothing is assigned again)."""
+    out = model.empty_like()
+    owners = [(int(i), p) for p in parts for i in p.ids[p.live_mask()]]
+    owners.sort(key=lambda x: x[0])
+    for s in range(0, len(owners), MERGE_BATCH):
+        batch = owners[s:s + MERGE_BATCH]
+        entries, signed = {}, []
+        for i, p in batch:
+            w, wt, frames, size = p.searcher.forward(i)
+            entries[i] = (np.array(w), np.array(wt), np.array(frames), size)
+            if model.signatures:
+                uw, sigs = p.searcher.smk_.signatures_of(i, words=np.asarray(w)[:, 0])
+                signed.append((uw, np.array(sigs)))
+        out.add_encoded(np.array([i for i, _ in batch], np.int64), entries, signed)
+    out.commit()
+    return out
+
+
+class ObjectSegments:
+    """The segmented state of an object index (module docstring): ``parts`` written, ``pending`` what this writer
+    added. Written by one writer; searches read :meth:`view` only."""
+
+    def __init__(self, model):
+        self.model = model
+        self.parts: list[Part] = []
+        self.pending = None
+        self.merge_all = False
+
+    def all_parts(self) -> list[Part]:
+        parts = list(self.parts)
+        if self.pending is not None and self.pending.ntotal:
+            parts.append(Part(None, self.pending))
+        return parts
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The live ids, increasing."""
+        parts = [p.ids[p.live_mask()] for p in self.all_parts()]
+        return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+    def view(self):
+        return view(self.model, self.all_parts())
+
+    def info(self) -> dict:
+        parts = self.all_parts()
+        return {"segments": len(parts), "rows": sum(p.rows for p in parts), "live": sum(p.live for p in parts),
+                "quantizer_nlist": None}
+
+    def add(self, ids, features) -> None:
+        if self.pending is None:
+            self.pending = self.model.empty_like()
+        self.pending.add(np.asarray(ids, np.int64), list(features))
+
+    def commit(self) -> None:
+        if self.pending is not None:
+            self.pending.commit()
+
+    def remove(self, ids) -> None:
+        ids = np.unique(np.asarray(list(ids), dtype=np.int64))
+        if len(ids) == 0:
+            return
+        if self.pending is not None:
+            self.pending.remove(ids)
+        for p in self.parts:
+            hit = ids[np.isin(ids, p.ids)]
+            if len(hit):
+                p.dead = np.union1d(p.dead, hit)
+
+    def load(self, folder: Path | None, loader) -> None:
+        """The state of generation folder ``folder`` (None: empty); ``loader(path)`` opens a searcher folder with
+        the model's vocabulary. A state of format version 1 (one searcher in the generation folder) opens as one
+        part, written as a segment at the next save."""
+        self.parts, self.pending, self.merge_all = [], None, False
+        if folder is None:
+            return
+        folder = Path(folder)
+        header = json.loads((folder / "state.json").read_text("utf-8"))
+        if header.get("format") != STATE_FORMAT or header.get("kind") != "object":
+            raise ValueError(f"{folder}: index state {header.get('format')!r} kind {header.get('kind')!r}; "
+                             f"expected {STATE_FORMAT!r} 'object'.")
+        version = header.get("format_version")
+        if version == 1:
+            self.parts = [Part(None, loader(folder / "searcher"))]
+            return
+        if version != SEGMENTED_FORMAT_VERSION:
+            raise ValueError(f"{folder}: index state format version {version!r}; this library reads 1 and "
+                             f"{SEGMENTED_FORMAT_VERSION}.")
+        root = segments_root(folder)
+        deleted = read_npy(folder / "deleted.npy", mmap=False) if (folder / "deleted.npy").exists() \
+            else np.empty(0, np.int64)
+        for entry in header["segments"]:
+            part = Part(entry["name"], loader(root / entry["name"] / "searcher"))
+            if part.rows != int(entry["rows"]):
+                raise ValueError(f"{root / entry['name']}: {part.rows} rows, the generation expects "
+                                 f"{entry['rows']} (the segment was changed).")
+            part.dead = np.asarray(deleted[np.isin(deleted, part.ids)], np.int64)
+            self.parts.append(part)
+
+    def save(self, folder: Path) -> None:
+        """Write the new segments (``segments/<name>.tmp``, renamed by the publish) and the generation's
+        ``state.json`` and ``deleted.npy``. With idf every part is merged into one (module docstring)."""
+        folder = Path(folder)
+        root = segments_root(folder)
+        root.mkdir(exist_ok=True)
+        self.commit()
+        parts = self.all_parts()
+        groups = choose_merges(parts, self.merge_all or self.model.idf)
+        merged_away = {id(p) for g in groups for p in g}
+        segments = [p for p in parts if id(p) not in merged_away]
+        for group in groups:
+            searcher = group[0].searcher if len(group) == 1 and not len(group[0].dead) else merged(self.model, group)
+            if searcher.ntotal:
+                name = f"seg-{uuid.uuid4().hex[:16]}"
+                searcher.save(root / f"{name}.tmp" / "searcher", with_vocabulary=False)
+                segments.append(Part(name, searcher))
+        deleted = np.unique(np.concatenate([p.dead for p in segments])) if segments else np.empty(0, np.int64)
+        write_npy(folder / "deleted.npy", deleted.astype(np.int64))
+        header = {"format": STATE_FORMAT, "format_version": SEGMENTED_FORMAT_VERSION, "kind": "object",
+                  "ntotal": int(sum(p.live for p in segments)),
+                  "segments": [{"name": p.name, "rows": p.rows, "deleted": int(len(p.dead))} for p in segments]}
+        with atomic_write(folder / "state.json", "w") as fh:
+            json.dump(header, fh, indent=2, sort_keys=True)
+        self.parts, self.pending, self.merge_all = segments, None, False

@@ -1,0 +1,122 @@
+"""The segmented state of the object presets (retrieval.engine.object_parts): any sequence of adds, removes and
+saves ranks exactly like one searcher built from the remaining images, for ASMK* and the four BoW scorings (whose
+delta_1 / delta_2 weights are sums over the collection); merges copy what they hold; ties are broken by id."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from retrieval.engine.object_parts import ObjectSegments, Part, merged, topk_by_id, view
+from retrieval.engine.object_search import ObjectSearcher
+from retrieval.features import LocalFeatures
+
+METHODS = ["asmk", "l1", "l2", "delta1", "delta2"]
+
+
+def images(n, seed=0):
+    """``n`` images drawn from 5 shared patterns (each image: 40-90 features, part of a pattern plus noise)."""
+    rng = np.random.default_rng(seed)
+    patterns = [rng.normal(size=(60, 32)).astype(np.float32) for _ in range(5)]
+    out = []
+    for j in range(n):
+        base = patterns[j % 5][rng.permutation(60)[:int(rng.integers(30, 60))]]
+        desc = np.concatenate([base + 0.05 * rng.normal(size=base.shape), rng.normal(size=(int(rng.integers(10, 30)), 32))])
+        frames = np.zeros((len(desc), 6), np.float32)
+        frames[:, :2] = rng.uniform(0, 300, (len(desc), 2))
+        frames[:, 2] = frames[:, 5] = 3.0
+        out.append(LocalFeatures(frames=frames, descriptors=desc.astype(np.float32), image_size=(320, 320)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    feats = images(40)
+    return ObjectSearcher(64, rootsift=False, idf=False, signatures=True, query_words=2, shortlist=12,
+                          vocabulary_params={"n_iter": 3}, random_state=0).fit(feats), feats
+
+
+def ranked(searcher, queries, method):
+    return [[(h.id, h.score) for h in searcher.search(q, k=10, method=method, alpha=3.0 if method == "asmk" else 0.5,
+                                                      rerank="exact" if method != "asmk" else "none")]
+            for q in queries]
+
+
+def write(state, tmp_path, gen):
+    folder = tmp_path / "gens" / f"{gen:08d}"
+    folder.mkdir(parents=True)
+    state.save(folder)
+    for tmp in (tmp_path / "segments").glob("*.tmp"):   # what the index folder's publish does
+        tmp.rename(tmp.with_suffix(""))
+    return folder
+
+
+def test_syncs_with_adds_and_removes_rank_like_one_build(model, tmp_path):
+    m, feats = model
+    state = ObjectSegments(m)
+    live = {}
+    rng = np.random.default_rng(1)
+    next_id, gen = 0, 0
+    for step in range(7):                          # each step: add 5, remove 2, save; reopen from disk
+        ids = np.arange(next_id, next_id + 5)
+        state.add(ids, [feats[i % len(feats)] for i in ids])
+        live.update({int(i): feats[i % len(feats)] for i in ids})
+        next_id += 5
+        if step:
+            gone = rng.choice(sorted(live), 2, replace=False)
+            state.remove(gone)
+            for i in gone:
+                live.pop(int(i))
+        gen += 1
+        folder = write(state, tmp_path, gen)
+        state = ObjectSegments(m)
+        state.load(folder, lambda p: ObjectSearcher.load(p, vocabulary=m.vocabulary_))
+    assert len(state.parts) > 1 and any(len(p.dead) for p in state.parts)
+    assert sorted(state.ids.tolist()) == sorted(live)
+    one = m.empty_like()
+    one.add(np.array(sorted(live)), [live[i] for i in sorted(live)])
+    one = ObjectSearcher.load(one.save(tmp_path / "one"))   # read back from disk, as every index's state is
+    queries = [feats[3], feats[7], feats[12]]
+    segmented, single = state.view(), view(m, [Part(None, one)])
+    for method in METHODS:
+        assert ranked(segmented, queries, method) == ranked(single, queries, method), method
+    # a merge copies the images as they are: the merged searcher ranks the same, through the view or alone
+    whole = merged(m, state.parts)
+    assert sorted(whole.invfile_.ids_.tolist()) == sorted(live)
+    for method in METHODS:
+        assert ranked(view(m, [Part(None, whole)]), queries, method) == ranked(single, queries, method)
+    header = json.loads((folder / "state.json").read_text())
+    assert header["format_version"] == 2 and header["ntotal"] == len(live)
+    assert not list((tmp_path / "segments").glob("*/searcher/vocabulary.npz"))   # the model keeps it
+
+
+def test_with_idf_the_state_is_one_segment(model, tmp_path):
+    """idf weighs every image by the whole collection: the state is merged into one segment at each save."""
+    _, feats = model
+    m = ObjectSearcher(64, rootsift=False, idf=True, signatures=True, query_words=2, shortlist=12,
+                       vocabulary_params={"n_iter": 3}, random_state=0).fit(feats)
+    state = ObjectSegments(m)
+    state.add(np.arange(10), feats[:10])
+    write(state, tmp_path, 1)
+    state.add(np.arange(10, 20), feats[10:20])
+    state.remove([3])
+    folder = write(state, tmp_path, 2)
+    assert [s["rows"] for s in json.loads((folder / "state.json").read_text())["segments"]] == [19]
+    one = m.empty_like()
+    ids = [i for i in range(20) if i != 3]
+    one.add(np.array(ids), [feats[i] for i in ids])
+    one = ObjectSearcher.load(one.save(tmp_path / "one"))
+    for method in METHODS:
+        assert ranked(state.view(), feats[:3], method) == ranked(one, feats[:3], method)
+
+
+def test_topk_by_id_breaks_ties_by_id_also_at_the_kth_value():
+    d = np.array([0.5, 0.2, 0.5, 0.5, 0.1, 0.5])
+    ids = np.array([50, 10, 20, 40, 30, 5])
+    top = topk_by_id(d, ids, 3)
+    assert ids[top].tolist() == [30, 10, 5]              # 0.1, 0.2, then the smallest id among the 0.5s
+    assert ids[topk_by_id(d, ids, 10)].tolist() == [30, 10, 5, 20, 40, 50]
+    perm = np.random.default_rng(0).permutation(len(d))
+    assert ids[perm][topk_by_id(d[perm], ids[perm], 4)].tolist() == [30, 10, 5, 20]
