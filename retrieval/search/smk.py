@@ -356,12 +356,15 @@ class SMKFile:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder) -> Path:
-        """Folder: ``header.json`` and the arrays ``ids``, ``indptr``, ``rows``, ``sigs`` (``.npy``)."""
+        """Folder: ``header.json`` and the arrays ``ids``, ``indptr``, ``rows``, ``sigs``, and the derived ``idf``,
+        ``gamma`` (``.npy``; recomputed when absent)."""
         self._commit()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("ids", "indptr", "rows", "sigs"):
             save_npy_atomic(folder / f"{name}.npy", np.asarray(getattr(self, "_ids" if name == "ids" else f"{name}_")))
+        for name in ("idf", "gamma"):   # derived, saved so that opening reads no posting
+            save_npy_atomic(folder / f"{name}.npy", np.asarray(getattr(self, f"{name}_"), np.float64))
         write_json_atomic(folder / "header.json", {"format": FORMAT, "format_version": FORMAT_VERSION,
                                                    "n_words": self.n_words, "dim": self.dim, "idf": self.idf,
                                                    "ntotal": int(len(self._ids))})
@@ -384,7 +387,14 @@ class SMKFile:
         obj.rows_, obj.sigs_ = arr["rows"], arr["sigs"]
         if obj.sigs_.shape != (len(obj.rows_), obj.dim // 8) or int(obj.indptr_[-1]) != len(obj.rows_):
             raise FormatError(f"{folder}: signature arrays disagree with the header (damaged?).")
-        obj._refresh()
+        if (folder / "idf.npy").is_file() and (folder / "gamma.npy").is_file():
+            obj.idf_ = np.load(folder / "idf.npy", allow_pickle=False)
+            obj.gamma_ = np.load(folder / "gamma.npy", allow_pickle=False)
+            if obj.idf_.shape != (obj.n_words,) or obj.gamma_.shape != obj._ids.shape:
+                raise FormatError(f"{folder}: idf.npy or gamma.npy disagree with the header (damaged?).")
+            obj._id_order = np.argsort(obj._ids, kind="stable")
+        else:   # written before they were saved: computed from the postings
+            obj._refresh()
         return obj
 
 

@@ -146,6 +146,12 @@ def test_remove_add_and_persistence_equal_a_fresh_build(tmp_path):
     np.testing.assert_array_equal(s5, items[5][1])
     loaded = SMKFile.load(f.save(tmp_path / "sig"))
     np.testing.assert_allclose(loaded.similarities(qw, qv), fresh.similarities(qw, qv), rtol=1e-12)
+    # idf and gamma are saved (opening reads no posting); a folder without them (written before) computes them
+    (tmp_path / "sig" / "gamma.npy").unlink()
+    older = SMKFile.load(tmp_path / "sig")
+    np.testing.assert_array_equal(older.gamma_, loaded.gamma_)
+    np.testing.assert_array_equal(older.idf_, loaded.idf_)
+    np.testing.assert_array_equal(older.similarities(qw, qv), loaded.similarities(qw, qv))
     with pytest.raises(ValueError, match="new and distinct"):
         f.add([100], [items[0]])
     with pytest.raises(KeyError):
