@@ -13,12 +13,14 @@ What is real and what is not:
   is a real perturbed copy: a random 90 % of the source's features, so that the normal sync encodes each replica
   into its own codes. From ``sync_limit`` on it is a hard link to the source's entry (an inode, not a copy).
 - **Building the index (product path).** ``Index.create`` then ``Index.sync`` of the folder, as ``retrieval index
-  DIR --index IDX`` runs them, for N <= ``sync_limit``, and for object presets (no global vectors) at any N.
-- **Bulk injection (synthetic, global presets beyond ``sync_limit`` only).** A normal sync of the first
-  ``sync_limit`` replicas (paths given explicitly) trains the model and encodes them; every further replica gets
-  the source's encoded global vector plus Gaussian noise (its own vector), re-normalised, added with
-  ``backend.add_vectors`` and published with its catalog rows by ``IndexFolder.publish`` in batches of
-  :data:`INJECT_BATCH`, the first batch recording the photo folder as the index's root (what a first folder sync
+  DIR --index IDX`` runs them, for N <= ``sync_limit``.
+- **Bulk injection (synthetic, beyond ``sync_limit`` only).** A normal sync of the first ``sync_limit`` replicas
+  (paths given explicitly) trains the model and encodes them; every further replica gets the source's encoded
+  global vector plus Gaussian noise (its own vector), re-normalised, added with ``backend.add_vectors`` (object
+  presets: the source's words, weights and frames of a random 90 % of its features and the signatures of the words
+  they keep with 3 % of their bits flipped, :func:`object_replica`, added with ``backend.add_encoded``) and
+  published with its catalog rows by ``IndexFolder.publish`` in batches of :data:`INJECT_BATCH`
+  (:data:`OBJECT_INJECT_BATCH`), the first batch recording the photo folder as the index's root (what a first folder sync
   records). That is the glue of :func:`inject`; everything measured afterwards runs through the product paths.
 
 Then, each writer step in its own process (its peak RSS read with ``os.wait4``): a sync with nothing changed (the
@@ -63,6 +65,11 @@ INJECT_BATCH = 200_000
 NOISE = 0.05
 """Standard deviation of the Gaussian noise added to each coordinate of an injected unit vector (before the
 re-normalisation)."""
+OBJECT_INJECT_BATCH = 20_000
+"""Replicas injected per publish for an object preset (each holds its words, frames and signatures in memory)."""
+OBJECT_KEEP, OBJECT_FLIP = 0.9, 0.03
+"""An injected object replica keeps this fraction of its source's features; each bit of the signatures of the
+words they keep is flipped with this probability (its own codes)."""
 FIRST_ANSWER_RUNS = 3
 
 
@@ -114,6 +121,21 @@ def step_compact(index) -> dict:
             "images": idx.catalog.count("indexed")}
 
 
+def object_replica(rng, entry, signed) -> tuple:
+    """An injected object replica (module docstring): a random :data:`OBJECT_KEEP` of the source's features (words,
+    weights, frames) and the signatures of the words they keep, each bit flipped with :data:`OBJECT_FLIP`."""
+    words, weights, frames, size = entry
+    n = len(words)
+    keep = np.sort(rng.choice(n, max(1, int(OBJECT_KEEP * n)), replace=False)) if n else np.arange(0)
+    words, weights, frames = np.asarray(words)[keep], np.asarray(weights)[keep], np.asarray(frames)[keep]
+    if signed is None:
+        return (words, weights, frames, size), None
+    uw, sigs = signed
+    kept = np.unique(words[:, 0]).astype(np.int64)
+    flips = np.packbits(rng.random((len(kept), sigs.shape[1] * 8)) < OBJECT_FLIP, axis=1)
+    return (words, weights, frames, size), (kept, np.asarray(sigs)[np.searchsorted(uw, kept)] ^ flips)
+
+
 def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -> dict:
     """Bulk injection (module docstring): replicas ``start``..``stop - 1`` (files and store entries present) added
     to the index with their source's encoded vector plus noise, in publishes of :data:`INJECT_BATCH`."""
@@ -130,22 +152,30 @@ def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -
     with idx.writer_lock():
         gen = cat.generation()
         backend = folder.load_backend(gen, fallback=False)
-        if not getattr(backend, "encodes_vectors", False):
+        objects = backend.kind == "object"
+        if not objects and not getattr(backend, "encodes_vectors", False):
             raise ValueError(f"preset {idx.preset['name']!r} stores no global vectors: it cannot be injected.")
         used = sorted({i % S for i in numbers})
         meta, vec = {}, {}
         for s in used:
             f = store.get(sources["hashes"][s], key)
             meta[s] = (len(f.descriptors), f.image_size)
-            vec[s] = backend.encode([f])[0].astype(np.float32)
+            vec[s] = backend.encoded(f) if objects else backend.encode([f])[0].astype(np.float32)
         root = str(Path(photos).resolve())
-        for b in range(0, len(numbers), INJECT_BATCH):
-            batch = numbers[b:b + INJECT_BATCH]
+        step = OBJECT_INJECT_BATCH if objects else INJECT_BATCH
+        for b in range(0, len(numbers), step):
+            batch = numbers[b:b + step]
             next_id = int(cat.get_meta("next_id", 0))
             ids = np.arange(next_id, next_id + len(batch), dtype=np.int64)
-            V = np.stack([vec[i % S] for i in batch])
-            V += rng.normal(0.0, NOISE, V.shape).astype(np.float32)
-            V /= np.linalg.norm(V, axis=1, keepdims=True)
+            if objects:
+                coded = [object_replica(rng, *vec[i % S]) for i in batch]
+                backend.add_encoded(ids, {int(j): c[0] for j, c in zip(ids, coded, strict=True)},
+                                    [c[1] for c in coded])
+            else:
+                V = np.stack([vec[i % S] for i in batch])
+                V += rng.normal(0.0, NOISE, V.shape).astype(np.float32)
+                V /= np.linalg.norm(V, axis=1, keepdims=True)
+                backend.add_vectors(ids, V)
             rows = []
             for image_id, i in zip(ids, batch, strict=True):
                 p = str(replica_path(Path(root), i))
@@ -154,7 +184,6 @@ def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -
                 rows.append({"id": int(image_id), "path": p, "hash": hash_bytes(replica_png(i)), "size": size,
                              "mtime": mtime, "width": int(w), "height": int(h), "orientation": 1,
                              "n_features": int(n_feat), "status": "indexed", "error": None})
-            backend.add_vectors(ids, V)
             run_id = cat.start_run(f"bench library: {len(batch)} injected replicas")
             gen = folder.publish(cat, backend, CatalogChanges(
                 run_id=run_id, next_id=next_id + len(batch), upserts=rows, stats={"added": len(batch)},
@@ -292,10 +321,7 @@ def _percentile(values, q) -> float:
 def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: str, queries: int,
               add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None) -> dict:
     """Every figure for one N (module docstring); ``progress(message)`` is told each step."""
-    from retrieval.engine.presets import load_preset
-
     say = progress or (lambda message: None)
-    kind = load_preset(preset)["kind"]
     base = workdir / f"library-{n}"
     photos, index = base / "photos", base / f"index-{preset}"
     base.mkdir(parents=True, exist_ok=True)
@@ -308,7 +334,7 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     rss = {}
     out = {"n": n, "preset": preset, "prepare_s": round(prepare_s, 1)}
 
-    injected = n > sync_limit and kind != "object"
+    injected = n > sync_limit
     say(f"N={n}: build ({min(n, sync_limit) if injected else n} photos through the sync)")
     paths = [str(replica_path(photos, i)) for i in range(sync_limit)] if injected else None
     build, rss["build"] = run_step("build", base, index=str(index), photos=str(photos), preset=preset,

@@ -89,6 +89,18 @@ class ObjectBackend(Backend):
         self.state.commit()
         self.searcher = self.state.view()
 
+    def encoded(self, features) -> tuple:
+        """``(forward entry, (words, signatures) or None)`` of one image as :meth:`add` encodes it (what a bulk
+        injection replicates)."""
+        one = self.model.empty_like().add(np.array([0]), [features])
+        one.commit()
+        return one.forward(0), (one.smk_.signatures_of(0) if one.signatures else None)
+
+    def add_encoded(self, ids, entries: dict, signed: list) -> None:
+        """Images already encoded (:meth:`ObjectSearcher.add_encoded`), added to what the next save writes."""
+        self.state.add_encoded(ids, entries, signed)
+        self.searcher = self.state.view()
+
     def remove(self, ids) -> None:
         self.state.remove(ids)
         self.searcher = self.state.view()

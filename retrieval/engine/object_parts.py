@@ -229,6 +229,11 @@ class ObjectSegments:
             self.pending = self.model.empty_like()
         self.pending.add(np.asarray(ids, np.int64), list(features))
 
+    def add_encoded(self, ids, entries: dict, signed: list) -> None:
+        if self.pending is None:
+            self.pending = self.model.empty_like()
+        self.pending.add_encoded(np.asarray(ids, np.int64), entries, signed)
+
     def commit(self) -> None:
         if self.pending is not None:
             self.pending.commit()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cli_world import run
 from conftest import shared_path
 
@@ -15,17 +16,19 @@ KEYS = ("n", "preset", "add_photos_per_s", "nochange_sync_s", "walk_stat_s", "ad
         "query_verified_p50_ms", "api_info_ms", "api_page_ms", "search_bytes_per_photo", "feature_bytes_per_photo")
 
 
-def test_bench_library_tiny_library_end_to_end(tmp_path):
+@pytest.mark.parametrize("preset", ["default", "accurate"])
+def test_bench_library_tiny_library_end_to_end(tmp_path, preset):
     data = shared_path()
     shared_path("real", "oxford133", "jpg")
     res = run(["bench", "library", "--n", "60", "--workdir", tmp_path / "w", "--data", data, "--queries", "2",
-               "--add-many", "10", "--sync-limit", "40", "--sources", "8", "--workers", "1", "--json"])
+               "--add-many", "10", "--sync-limit", "40", "--sources", "8", "--workers", "1", "--json",
+               "--preset", preset])
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1
     out = json.loads(lines[0])
     assert set(KEYS) <= set(out), set(KEYS) - set(out)
-    assert (out["n"], out["preset"], out["source_photos"]) == (60, "default", 8)
+    assert (out["n"], out["preset"], out["source_photos"]) == (60, preset, 8)
     # the build: 40 synced with their own perturbed features, 20 injected; the catalog holds the 60
     assert (out["synced_photos"], out["injected_photos"], out["built_images"]) == (40, 20, 60)
     # nothing changed: nothing added; every file walked; then 1 added, 10 added, the same 10 removed
