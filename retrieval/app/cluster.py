@@ -11,7 +11,8 @@ the scheduler re-runs them on the other workers; a task finding its entry alread
 Training gathers its sample through the same tasks (the features of the training images are computed on the
 workers and read back from the store), then trains on the client. A global preset's vectors are then encoded by the
 workers (:func:`encode_on_cluster`: the model loaded once per worker from the index's ``model/`` folder), which also
-return each image's feature count and size for the catalog; other kinds encode on the client.
+return each image's feature count and size for the catalog; so are an object preset's words, frames and
+signatures, which the client adds as they are.
 
 Search on a cluster: :class:`RemoteShards` loads each shard of a sharded index (:mod:`retrieval.app.shards`) on a
 worker from the shared index folder and keeps it in that worker's memory; a query is one small task per shard
@@ -221,9 +222,10 @@ _MODELS: dict = {}
 
 
 def encode_task(preset: dict, model_dir: str, store_folder: str, key: str, hashes) -> tuple:
-    """Run on a worker: the global vectors of the images whose features are in the store, with the index's
-    trained model (loaded once per worker from ``model_dir``). Returns ``(V (n, D') float32, [(n_features,
-    (width, height)), ...])``."""
+    """Run on a worker: the images whose features are in the store encoded with the index's trained model
+    (loaded once per worker from ``model_dir``). Returns ``(encoded, [(n_features, (width, height)), ...])``,
+    ``encoded`` the global vectors (n, D') float32, or for an object preset each image's ``(forward entry,
+    (words, signatures))`` (:meth:`ObjectBackend.encoded <retrieval.engine.object_backend.ObjectBackend.encoded>`)."""
     import json
     from pathlib import Path
 
@@ -245,12 +247,16 @@ def encode_task(preset: dict, model_dir: str, store_folder: str, key: str, hashe
         if f is None:
             raise ValueError(f"feature-store entry {h} vanished during the sync.")
         feats.append(f)
-    return backend.encode(feats), [(len(f), tuple(int(v) for v in f.image_size)) for f in feats]
+    meta = [(len(f), tuple(int(v) for v in f.image_size)) for f in feats]
+    if backend.kind == "object":
+        return [backend.encoded(f) for f in feats], meta
+    return backend.encode(feats), meta
 
 
 def encode_on_cluster(client, preset: dict, model_dir, store, key: str, hashes, progress=None):
     """The global vectors of ``hashes`` (in order) encoded by the cluster's workers (:func:`encode_task`), and
-    each image's ``(n_features, (width, height))``."""
+    each image's ``(n_features, (width, height))``; for an object preset, the list of the images' encodings in
+    place of the vectors."""
     import numpy as np
 
     wait_for_workers(client)
@@ -259,14 +265,17 @@ def encode_on_cluster(client, preset: dict, model_dir, store, key: str, hashes, 
     futs = [client.submit(encode_task, preset, str(os.path.abspath(model_dir)), str(os.path.abspath(store.folder)),
                           key, hashes[a:a + per], pure=False, retries=2) for a in range(0, len(hashes), per)]
     parts, meta, done = [], [], 0
+    objects = preset.get("kind") == "object"
     for fut in futs:   # in order: the vectors follow the ids
         V, m = fut.result()
         fut.release()
-        parts.append(np.asarray(V, np.float32))
+        parts.append(V if objects else np.asarray(V, np.float32))
         meta.extend(m)
         done += len(m)
         if progress:
             progress(done, len(hashes))
+    if objects:
+        return [e for p in parts for e in p], meta
     return (np.concatenate(parts) if parts else None), meta
 
 

@@ -399,13 +399,16 @@ class Writer:
         record each image's feature count and size in ``feats`` (the client then reads no feature)."""
         if len(ids) == 0:
             return
-        if self.client is not None and backend.encodes_vectors:
+        if self.client is not None and (backend.encodes_vectors or backend.kind == "object"):
             from retrieval.app.cluster import encode_on_cluster
 
             V, meta = encode_on_cluster(self.client, self.preset, self.folder.model_dir, feats.store, feats.key,
                                         feats.hashes, progress=progress)
             feats.record(meta)
-            backend.add_vectors(ids, V)
+            if backend.kind == "object":   # the images' words, frames and signatures, added as they are
+                backend.add_encoded(ids, {int(i): e[0] for i, e in zip(ids, V, strict=True)}, [e[1] for e in V])
+            else:
+                backend.add_vectors(ids, V)
             return
         half = len(ids) // 2
         passed = []

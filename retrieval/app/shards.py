@@ -12,6 +12,11 @@ shard fills its own inverted lists with them. A search sends the query vector to
 global best: IVFADC candidates by (ADC distance, id) up to ``index.shortlist``, then the top ``k`` by (exact inner
 product descending, id) -- the unsharded index's ordering, so the ranked lists are the same. Spatial re-ranking and
 query expansion then run on the client, unchanged.
+
+An object preset without idf (``accurate``) is sharded the same way (:mod:`retrieval.engine.object_parts`): each
+segment holds the images of one shard (its own postings, signatures and forward index; ``shard`` in the
+generation's list), and a search scores every shard's segments as one collection, so the lists are those of the
+unsharded index. Its shards are searched in the process that opened the index.
 """
 
 from __future__ import annotations
@@ -34,22 +39,11 @@ from retrieval.engine.first_stages import VectorStage, merge_candidates
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit
 from retrieval.engine.pipeline import make_backend
+from retrieval.engine.segments import shard_of  # noqa: F401 (part of this module's API)
 
 MAX_SHARDS = 4096
 
 logger = logging.getLogger(__name__)
-
-
-def shard_of(ids, n_shards: int) -> np.ndarray:
-    """The shard (0 .. n_shards - 1) of each image id: splitmix64 of the id modulo ``n_shards`` -- stable across
-    runs, machines and library versions, and spreading consecutive ids evenly."""
-    z = np.asarray(ids, dtype=np.int64).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(n_shards)).astype(np.int64)
 
 
 def check_shards(preset: dict, n_shards) -> int:
@@ -59,13 +53,18 @@ def check_shards(preset: dict, n_shards) -> int:
         raise ValueError(f"--shards must be an integer from 1 to {MAX_SHARDS}; got {n_shards!r}.")
     if n_shards > 1 and not make_backend(preset).shardable:
         raise ValueError(f"--shards {n_shards}: preset {preset['name']!r} (kind {preset['kind']}) cannot be sharded; "
-                         f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default).")
+                         f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default) or "
+                         f"an object preset without idf weights (e.g. accurate).")
     return int(n_shards)
 
 
 def make_index_backend(preset: dict, n_shards: int = 1):
     """The backend of an index: :func:`make_backend`, or a :class:`GlobalBackend` whose first stage is a
     :class:`ShardedStage` when ``n_shards`` > 1."""
+    if n_shards > 1 and preset.get("kind") == "object":
+        from retrieval.engine.object_backend import ObjectBackend
+
+        return ObjectBackend(preset, n_shards)
     if n_shards > 1:
         return GlobalBackend(preset, stage=lambda p, effective: ShardedStage(p, effective, n_shards))
     return make_backend(preset)

@@ -29,8 +29,11 @@ class ObjectBackend(Backend):
 
     kind = "object"
 
-    def __init__(self, preset: dict):
+    def __init__(self, preset: dict, n_shards: int = 1):
         super().__init__(preset)
+        self.n_shards = int(n_shards)
+        # shards are scored as one collection exactly when no weight depends on the whole collection (no idf)
+        self.shardable = not self.config.object_search.idf
         self.model = None
         self.state = None
         self.searcher = None
@@ -49,7 +52,7 @@ class ObjectBackend(Backend):
 
     def _use_model(self, model: ObjectSearcher) -> None:
         self.model = model
-        self.state = ObjectSegments(model)
+        self.state = ObjectSegments(model, self.n_shards)
         self.searcher = self.state.view()
 
     def train(self, features_of, n_images: int, progress=None) -> None:

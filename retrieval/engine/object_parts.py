@@ -31,7 +31,7 @@ import numpy as np
 
 from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import STATE_FORMAT, read_npy, write_npy
-from retrieval.engine.segments import SEGMENTED_FORMAT_VERSION, choose_merges, segments_root
+from retrieval.engine.segments import SEGMENTED_FORMAT_VERSION, choose_merges, segments_root, shard_of
 
 __all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
 
@@ -64,6 +64,7 @@ class Part:
     name: str | None
     searcher: object
     dead: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    shard: int = 0
 
     @property
     def ids(self) -> np.ndarray:
@@ -174,11 +175,14 @@ def view(model, parts: list[Part]):
                           PartsForward(parts))
 
 
-def merged(model, parts: list[Part]):
-    """One searcher holding the live images of ``parts`` in id order, copied as they are (words, weights, frames,
-    signatures: nothing is assigned again)."""
+def merged(model, parts: list[Part], keep=None):
+    """One searcher holding the live images of ``parts`` in id order (only those for which ``keep(ids)`` is True,
+    when given), copied as they are (words, weights, frames, signatures: nothing is assigned again)."""
     out = model.empty_like()
     owners = [(int(i), p) for p in parts for i in p.ids[p.live_mask()]]
+    if keep is not None and owners:
+        mask = keep(np.array([i for i, _ in owners], np.int64))
+        owners = [o for o, k in zip(owners, mask, strict=True) if k]
     owners.sort(key=lambda x: x[0])
     for s in range(0, len(owners), MERGE_BATCH):
         batch = owners[s:s + MERGE_BATCH]
@@ -198,8 +202,9 @@ class ObjectSegments:
     """The segmented state of an object index (module docstring): ``parts`` written, ``pending`` what this writer
     added. Written by one writer; searches read :meth:`view` only."""
 
-    def __init__(self, model):
+    def __init__(self, model, n_shards: int = 1):
         self.model = model
+        self.n_shards = int(n_shards)
         self.parts: list[Part] = []
         self.pending = None
         self.merge_all = False
@@ -271,13 +276,30 @@ class ObjectSegments:
         root = segments_root(folder)
         deleted = read_npy(folder / "deleted.npy", mmap=False) if (folder / "deleted.npy").exists() \
             else np.empty(0, np.int64)
+        if int(header.get("shards", 1)) != self.n_shards:
+            raise ValueError(f"{folder}: a state of {header.get('shards', 1)} shard(s); the index has "
+                             f"{self.n_shards}.")
         for entry in header["segments"]:
-            part = Part(entry["name"], loader(root / entry["name"] / "searcher"))
+            part = Part(entry["name"], loader(root / entry["name"] / "searcher"), shard=int(entry.get("shard", 0)))
             if part.rows != int(entry["rows"]):
                 raise ValueError(f"{root / entry['name']}: {part.rows} rows, the generation expects "
                                  f"{entry['rows']} (the segment was changed).")
             part.dead = np.asarray(deleted[np.isin(deleted, part.ids)], np.int64)
             self.parts.append(part)
+
+    def _by_shard(self) -> list[list[Part]]:
+        """The parts of each shard, what this writer added split among them by
+        :func:`retrieval.engine.segments.shard_of` (the same hash as the global presets' shards)."""
+        if self.n_shards == 1:
+            return [self.all_parts()]
+        out = [[p for p in self.parts if p.shard == s] for s in range(self.n_shards)]
+        if self.pending is not None and self.pending.ntotal:
+            new = Part(None, self.pending)
+            for s in range(self.n_shards):
+                mine = merged(self.model, [new], keep=lambda ids, s=s: shard_of(ids, self.n_shards) == s)
+                if mine.ntotal:
+                    out[s].append(Part(None, mine, shard=s))
+        return out
 
     def save(self, folder: Path) -> None:
         """Write the new segments (``segments/<name>.tmp``, renamed by the publish) and the generation's
@@ -286,21 +308,24 @@ class ObjectSegments:
         root = segments_root(folder)
         root.mkdir(exist_ok=True)
         self.commit()
-        parts = self.all_parts()
-        groups = choose_merges(parts, self.merge_all or self.model.idf)
-        merged_away = {id(p) for g in groups for p in g}
-        segments = [p for p in parts if id(p) not in merged_away]
-        for group in groups:
-            searcher = group[0].searcher if len(group) == 1 and not len(group[0].dead) else merged(self.model, group)
-            if searcher.ntotal:
-                name = f"seg-{uuid.uuid4().hex[:16]}"
-                searcher.save(root / f"{name}.tmp" / "searcher", with_vocabulary=False)
-                segments.append(Part(name, searcher))
+        segments = []
+        for s, parts in enumerate(self._by_shard()):
+            groups = choose_merges(parts, self.merge_all or self.model.idf)
+            merged_away = {id(p) for g in groups for p in g}
+            segments += [p for p in parts if id(p) not in merged_away]
+            for group in groups:
+                one = len(group) == 1 and not len(group[0].dead)
+                searcher = group[0].searcher if one else merged(self.model, group)
+                if searcher.ntotal:
+                    name = f"seg-{uuid.uuid4().hex[:16]}"
+                    searcher.save(root / f"{name}.tmp" / "searcher", with_vocabulary=False)
+                    segments.append(Part(name, searcher, shard=s))
         deleted = np.unique(np.concatenate([p.dead for p in segments])) if segments else np.empty(0, np.int64)
         write_npy(folder / "deleted.npy", deleted.astype(np.int64))
         header = {"format": STATE_FORMAT, "format_version": SEGMENTED_FORMAT_VERSION, "kind": "object",
-                  "ntotal": int(sum(p.live for p in segments)),
-                  "segments": [{"name": p.name, "rows": p.rows, "deleted": int(len(p.dead))} for p in segments]}
+                  "ntotal": int(sum(p.live for p in segments)), "shards": self.n_shards,
+                  "segments": [{"name": p.name, "rows": p.rows, "deleted": int(len(p.dead)), "shard": p.shard}
+                               for p in segments]}
         with atomic_write(folder / "state.json", "w") as fh:
             json.dump(header, fh, indent=2, sort_keys=True)
         self.parts, self.pending, self.merge_all = segments, None, False

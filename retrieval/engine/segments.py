@@ -53,7 +53,7 @@ DEAD_FRACTION = 0.25
 QUANTIZER_SAMPLE_PER_LIST = 256
 """Training vectors per coarse list drawn to train the IVFADC quantiser (faiss's max_points_per_centroid)."""
 
-__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "quantizer_outgrown", "segment_names", "segments_root"]
+__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "quantizer_outgrown", "segment_names", "segments_root", "shard_of"]
 
 
 def segments_root(gen_folder) -> Path:
@@ -76,6 +76,18 @@ def segment_names(gen_folder) -> list[str]:
     if header.get("quantizer"):
         names.append(header["quantizer"])
     return names
+
+
+def shard_of(ids, n_shards: int) -> np.ndarray:
+    """The shard (0 .. n_shards - 1) of each image id: splitmix64 of the id modulo ``n_shards`` -- stable across
+    runs, machines and library versions, and spreading consecutive ids evenly."""
+    z = np.asarray(ids, dtype=np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(n_shards)).astype(np.int64)
 
 
 def quantizer_outgrown(trained_nlist: int, preset_nlist: int, n: int) -> bool:

@@ -231,3 +231,28 @@ def test_an_accurate_index_of_the_previous_format_opens_and_its_next_sync_conver
     state = json.loads((old.folder.gen_dir(old.catalog.generation()) / "state.json").read_text())
     assert state["format_version"] == 2 and [s["rows"] for s in state["segments"]] == [len(present) + 1]
     assert ranked(Index.open(tmp_path / "i"), present)[0][0] == want[0][0]
+
+
+def test_a_sharded_accurate_index_ranks_like_the_unsharded_one(tmp_path, pool):
+    """`accurate` with --shards 3: every segment holds one shard's images (its own postings, signatures and
+    forward index), and after syncs with adds and removes the lists are those of one unsharded index, for ASMK*
+    and for the BoW scorings whose weights are sums over the collection."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    three = Index.create(tmp_path / "s3", "accurate", feature_store=FEATURE_CACHE, train_on="generic", shards=3)
+    present = grow(three, photos, pool, rounds=4)
+    one = Index.create(tmp_path / "s1", "accurate", feature_store=FEATURE_CACHE, model=tmp_path / "s3")
+    one.sync(photos)
+    state = json.loads((three.folder.gen_dir(three.catalog.generation()) / "state.json").read_text())
+    assert state["shards"] == 3 and {s["shard"] for s in state["segments"]} == {0, 1, 2}
+    queries = present[::2]
+    three, one = Index.open(tmp_path / "s3"), Index.open(tmp_path / "s1")
+    assert ranked(three, queries) == ranked(one, queries)
+    for method in ("delta1", "delta2", "l2"):
+        got = [[h.path for h in three.search(str(q), k=8, method=method, rerank="exact")] for q in queries]
+        assert got == [[h.path for h in one.search(str(q), k=8, method=method, rerank="exact")] for q in queries]
+
+
+def test_shards_are_refused_where_weights_need_the_whole_collection(tmp_path):
+    with pytest.raises(ValueError, match="object preset without idf"):
+        Index.create(tmp_path / "idx", "object", shards=2)

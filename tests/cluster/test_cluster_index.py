@@ -138,6 +138,24 @@ def test_killed_worker_reruns_its_tasks(tmp_path, cluster, photos, reference):
     restore_workers(cluster)
 
 
+@pytest.mark.parametrize("name", ["accurate", "object"])
+def test_object_presets_extract_and_encode_on_the_cluster_as_one_process(tmp_path, cluster, photos, name):
+    """The object presets on the cluster: the workers extract and encode (words, frames, signatures: tasks
+    ``encode_task``); the client adds what they return. Same catalog and same ranked lists as one process."""
+    _, client = cluster
+    folder, queries = photos
+    p = apply_overrides(load_preset(name), ["features.max_side=480"])
+    one = Index.create(tmp_path / "one", preset=p, train_on="collection")
+    one.sync(folder, workers=1)
+    idx = Index.create(tmp_path / "idx", preset=p, train_on="collection")
+    with distributed.get_task_stream(client) as tasks:
+        report = idx.sync(folder, cluster=client)
+    assert report.added == 14
+    assert any("encode_task" in t["key"] for t in tasks.data)
+    assert rows(idx) == rows(one)
+    assert ranked(idx, queries) == ranked(one, queries)
+
+
 @pytest.mark.parametrize("ivfadc", [False, True], ids=["flat", "ivfadc"])
 def test_sharded_index_returns_the_unsharded_lists(tmp_path, cluster, photos, reference, ivfadc):
     _, client = cluster
