@@ -185,3 +185,37 @@ def test_kill9_during_a_merge_leaves_an_index_that_answers_the_same(setup, tmp_p
                  if p.name.endswith(".tmp")]
     assert leftovers == []
     idx.close()
+
+
+@pytest.mark.parametrize("point", ["segments", "publish"])
+def test_kill9_during_a_merge_of_accurate_segments_leaves_an_index_that_answers_the_same(tmp_path, setup, point):
+    """The same for the `accurate` preset, whose inverted file, signatures and forward index are segments: killed
+    after the merged segment is sealed or after the new generation is renamed, the index answers as before and
+    the merge run again completes."""
+    _, _, _, _, pool = setup
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    index_dir = tmp_path / "idx"
+    for batch in (pool[:6], pool[6:9]):   # two syncs: two segments
+        for p in batch:
+            shutil.copy(p, photos / p.name)
+        done = cli(["index", str(photos), "--index", str(index_dir), "--preset", "accurate", "--workers", "1"])
+        assert done.returncode == 0, done.stderr[-2000:]
+    idx = Index.open(index_dir)
+    queries = walk_photos(photos)[:3]
+    want = results_view(idx, queries, k=6)
+    assert idx.searcher().backend.segment_info()["segments"] == 2
+    idx.close()
+    crashed = cli(["compact", "--index", str(index_dir)], {"RETRIEVAL_CRASH_AT": point})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    idx = Index.open(index_dir)
+    assert sorted(idx.searcher().backend.ids.tolist()) == sorted(r["id"] for r in idx.catalog.rows())
+    assert_same_results(results_view(idx, queries, k=6), want)
+    idx.close()
+    assert cli(["check", "--index", str(index_dir)]).returncode == 0
+    again = cli(["compact", "--index", str(index_dir)])
+    assert again.returncode == 0, again.stderr[-2000:]
+    idx = Index.open(index_dir)
+    assert idx.searcher().backend.segment_info()["segments"] == 1
+    assert_same_results(results_view(idx, queries, k=6), want)
+    idx.close()

@@ -95,12 +95,17 @@ def test_truncated_state_falls_back_then_repair_equals_a_fresh_build(tmp_path, p
     assert run(["check", "--index", str(tmp_path / "i")]).exit_code == 0
 
 
-@pytest.mark.parametrize("kind", ["global", "binary"])
+DAMAGED = {"global": (None, "vectors.npy"), "binary": (binary_preset, "codes.npy"),
+           "object": (lambda: "accurate", "searcher/signatures/sigs.npy")}
+
+
+@pytest.mark.parametrize("kind", ["global", "binary", "object"])
 def test_flipped_byte_is_found_by_check_and_repaired(tmp_path, pool, kind):
-    idx, photos = build(tmp_path, pool, preset=None if kind == "global" else binary_preset())
+    make, name = DAMAGED[kind]
+    idx, photos = build(tmp_path, pool, preset=make() if make else None)
     q = photos / pool[2].name
     want = ranked(idx, q)
-    vec = segment_file(tmp_path, "vectors.npy" if kind == "global" else "codes.npy")
+    vec = segment_file(tmp_path, name)
     data = bytearray(vec.read_bytes())
     data[-7] ^= 0x40                                         # same size: only the checksum tells
     vec.write_bytes(bytes(data))
