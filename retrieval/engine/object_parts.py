@@ -23,6 +23,7 @@ segment, rewritten at every sync (docs/differences.md).
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import numpy as np
 
 from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import STATE_FORMAT, read_npy, write_npy
+from retrieval.engine.object_merge import write_merged
 from retrieval.engine.segments import SEGMENTED_FORMAT_VERSION, choose_merges, segments_root, shard_of
 
 __all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
@@ -65,6 +67,7 @@ class Part:
     searcher: object
     dead: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     shard: int = 0
+    source: Path | None = None   # the searcher folder it was read from (None: built in memory)
 
     @property
     def ids(self) -> np.ndarray:
@@ -268,7 +271,7 @@ class ObjectSegments:
                              f"expected {STATE_FORMAT!r} 'object'.")
         version = header.get("format_version")
         if version == 1:
-            self.parts = [Part(None, loader(folder / "searcher"))]
+            self.parts = [Part(None, loader(folder / "searcher"), source=folder / "searcher")]
             return
         if version != SEGMENTED_FORMAT_VERSION:
             raise ValueError(f"{folder}: index state format version {version!r}; this library reads 1 and "
@@ -280,7 +283,8 @@ class ObjectSegments:
             raise ValueError(f"{folder}: a state of {header.get('shards', 1)} shard(s); the index has "
                              f"{self.n_shards}.")
         for entry in header["segments"]:
-            part = Part(entry["name"], loader(root / entry["name"] / "searcher"), shard=int(entry.get("shard", 0)))
+            path = root / entry["name"] / "searcher"
+            part = Part(entry["name"], loader(path), shard=int(entry.get("shard", 0)), source=path)
             if part.rows != int(entry["rows"]):
                 raise ValueError(f"{root / entry['name']}: {part.rows} rows, the generation expects "
                                  f"{entry['rows']} (the segment was changed).")
@@ -314,12 +318,23 @@ class ObjectSegments:
             merged_away = {id(p) for g in groups for p in g}
             segments += [p for p in parts if id(p) not in merged_away]
             for group in groups:
-                one = len(group) == 1 and not len(group[0].dead)
-                searcher = group[0].searcher if one else merged(self.model, group)
-                if searcher.ntotal:
-                    name = f"seg-{uuid.uuid4().hex[:16]}"
-                    searcher.save(root / f"{name}.tmp" / "searcher", with_vocabulary=False)
-                    segments.append(Part(name, searcher, shard=s))
+                name = f"seg-{uuid.uuid4().hex[:16]}"
+                path = root / f"{name}.tmp" / "searcher"
+                if len(group) == 1 and not len(group[0].dead):   # one part (what was added): saved as it is
+                    searcher = group[0].searcher
+                    if searcher.ntotal:
+                        searcher.save(path, with_vocabulary=False)
+                elif self.model.idf:   # every weight depends on the whole collection: merged in memory
+                    searcher = merged(self.model, group)
+                    if searcher.ntotal:
+                        searcher.save(path, with_vocabulary=False)
+                else:   # written as read, a block at a time (retrieval.engine.object_merge), then mapped
+                    write_merged(self.model, group, path)
+                    searcher = self.model.load(path, vocabulary=self.model.vocabulary_)
+                if searcher.ntotal:   # the publish renames <name>.tmp to <name>
+                    segments.append(Part(name, searcher, shard=s, source=root / name / "searcher"))
+                else:
+                    shutil.rmtree(path.parent, ignore_errors=True)
         deleted = np.unique(np.concatenate([p.dead for p in segments])) if segments else np.empty(0, np.int64)
         write_npy(folder / "deleted.npy", deleted.astype(np.int64))
         header = {"format": STATE_FORMAT, "format_version": SEGMENTED_FORMAT_VERSION, "kind": "object",

@@ -120,3 +120,40 @@ def test_topk_by_id_breaks_ties_by_id_also_at_the_kth_value():
     assert ids[topk_by_id(d, ids, 10)].tolist() == [30, 10, 5, 20, 40, 50]
     perm = np.random.default_rng(0).permutation(len(d))
     assert ids[perm][topk_by_id(d[perm], ids[perm], 4)].tolist() == [30, 10, 5, 20]
+
+
+def test_a_merge_written_block_by_block_equals_the_merge_in_memory(model, tmp_path, monkeypatch):
+    """write_merged (saved parts read with pread, one in memory, deleted images, blocks smaller than the data)
+    writes exactly the files of merged() + save, array by array."""
+    import retrieval.engine.object_merge as om
+    from retrieval.engine.object_merge import write_merged
+
+    monkeypatch.setattr(om, "WORD_BLOCK", 7)
+    monkeypatch.setattr(om, "IMAGE_BLOCK", 3)
+    m, feats = model
+    parts = []
+    nothing = LocalFeatures(frames=np.zeros((0, 6), np.float32), descriptors=np.zeros((0, 32), np.float32),
+                            image_size=(320, 320))
+    for j, ids in enumerate(([0, 3, 5, 9, 12], [1, 2, 7, 20], [4, 6, 8, 30, 31])):
+        s = m.empty_like().add(np.array(ids), [nothing if i == 7 else feats[i] for i in ids])   # 7: no feature
+        s.commit()
+        if j < 2:   # two saved parts, read from their files; the third in memory
+            path = s.save(tmp_path / f"p{j}", with_vocabulary=False)
+            parts.append(Part(f"p{j}", ObjectSearcher.load(path, vocabulary=m.vocabulary_), source=path))
+        else:
+            parts.append(Part(None, s))
+    parts[0].dead = np.array([3, 12])
+    parts[2].dead = np.array([30])
+    assert write_merged(m, parts, tmp_path / "streamed") == 11
+    merged(m, parts).save(tmp_path / "memory", with_vocabulary=False)
+    files = sorted(p.relative_to(tmp_path / "memory") for p in (tmp_path / "memory").rglob("*.npy"))
+    assert files == sorted(p.relative_to(tmp_path / "streamed") for p in (tmp_path / "streamed").rglob("*.npy"))
+    for f in files:
+        a, b = np.load(tmp_path / "memory" / f), np.load(tmp_path / "streamed" / f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+    for h in ("header.json", "invfile/header.json", "signatures/header.json"):
+        want = json.loads((tmp_path / "memory" / h).read_text())
+        got = json.loads((tmp_path / "streamed" / h).read_text())
+        assert got == want, h
+    back = ObjectSearcher.load(tmp_path / "streamed", vocabulary=m.vocabulary_)
+    assert ranked(back, feats[:2], "asmk") == ranked(view(m, parts), feats[:2], "asmk")
