@@ -17,8 +17,8 @@ What is real and what is not:
 - **Bulk injection (synthetic, beyond ``sync_limit`` only).** A normal sync of the first ``sync_limit`` replicas
   (paths given explicitly) trains the model and encodes them; every further replica gets the source's encoded
   global vector plus Gaussian noise (its own vector), re-normalised, added with ``backend.add_vectors`` (object
-  presets: the source's words, weights and frames of a random 90 % of its features and the signatures of the words
-  they keep with 3 % of their bits flipped, :func:`object_replica`, added with ``backend.add_encoded``) and
+  presets: the source's words and weights and its signatures with 3 % of their bits flipped,
+  :func:`object_replica`, added with ``backend.add_encoded``; the frames are those of the shared store entry) and
   published with its catalog rows by ``IndexFolder.publish`` in batches of :data:`INJECT_BATCH`
   (:data:`OBJECT_INJECT_BATCH`), the first batch recording the photo folder as the index's root (what a first folder sync
   records). That is the glue of :func:`inject`; everything measured afterwards runs through the product paths.
@@ -67,9 +67,9 @@ NOISE = 0.05
 re-normalisation)."""
 OBJECT_INJECT_BATCH = 20_000
 """Replicas injected per publish for an object preset (each holds its words, frames and signatures in memory)."""
-OBJECT_KEEP, OBJECT_FLIP = 0.9, 0.03
-"""An injected object replica keeps this fraction of its source's features; each bit of the signatures of the
-words they keep is flipped with this probability (its own codes)."""
+OBJECT_FLIP = 0.03
+"""Each bit of an injected object replica's signatures is flipped with this probability (its own codes); it keeps
+every feature of its source, whose feature-store entry it shares (an index reads the frames of its images there)."""
 FIRST_ANSWER_RUNS = 3
 
 
@@ -122,18 +122,13 @@ def step_compact(index) -> dict:
 
 
 def object_replica(rng, entry, signed) -> tuple:
-    """An injected object replica (module docstring): a random :data:`OBJECT_KEEP` of the source's features (words,
-    weights, frames) and the signatures of the words they keep, each bit flipped with :data:`OBJECT_FLIP`."""
-    words, weights, frames, size = entry
-    n = len(words)
-    keep = np.sort(rng.choice(n, max(1, int(OBJECT_KEEP * n)), replace=False)) if n else np.arange(0)
-    words, weights, frames = np.asarray(words)[keep], np.asarray(weights)[keep], np.asarray(frames)[keep]
+    """An injected object replica (module docstring): the source's words, weights and frames, and its signatures
+    with each bit flipped with :data:`OBJECT_FLIP`."""
     if signed is None:
-        return (words, weights, frames, size), None
+        return entry, None
     uw, sigs = signed
-    kept = np.unique(words[:, 0]).astype(np.int64)
-    flips = np.packbits(rng.random((len(kept), sigs.shape[1] * 8)) < OBJECT_FLIP, axis=1)
-    return (words, weights, frames, size), (kept, np.asarray(sigs)[np.searchsorted(uw, kept)] ^ flips)
+    flips = np.packbits(rng.random((len(uw), sigs.shape[1] * 8)) < OBJECT_FLIP, axis=1)
+    return entry, (np.asarray(uw, np.int64), np.asarray(sigs) ^ flips)
 
 
 def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -> dict:

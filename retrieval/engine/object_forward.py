@@ -1,11 +1,17 @@
 """The forward index of an object searcher (image id -> its words, weights, frames and size), read from saved
-arrays without building a per-image object."""
+arrays without building a per-image object. Saved words may be uint16 (returned as int32); weights absent from the
+arrays (hard assignment) are ones; frames absent (``keep_frames=False``) are None: the feature store has them."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ForwardEntries"]
+__all__ = ["ForwardEntries", "forward_words_dtype"]
+
+
+def forward_words_dtype(n_words: int):
+    """The dtype of the saved words of the forward index: uint16 up to 65,536 words, else int32."""
+    return np.uint16 if n_words <= 1 << 16 else np.int32
 
 
 class ForwardEntries:
@@ -37,7 +43,10 @@ class ForwardEntries:
         j = int(self._order[pos])
         a = self._arrays
         lo, hi = int(a["indptr"][j]), int(a["indptr"][j + 1])
-        return (a["words"][lo:hi], a["weights"][lo:hi], a["frames"][lo:hi], tuple(int(v) for v in a["sizes"][j]))
+        words = np.asarray(a["words"][lo:hi], np.int32)
+        weights = a["weights"][lo:hi] if "weights" in a else np.ones(words.shape, np.float32)   # hard: all 1
+        frames = a["frames"][lo:hi] if "frames" in a else None   # not kept: read from the feature store
+        return words, weights, frames, tuple(int(v) for v in a["sizes"][j])
 
     def get(self, image_id, default=None):
         image_id = int(image_id)

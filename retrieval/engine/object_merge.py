@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.core.persistence import atomic_write
+from retrieval.engine.object_forward import forward_words_dtype
 
 __all__ = ["write_merged"]
 
@@ -73,7 +74,8 @@ class _Source:
         self.files = []
         if self.saved:
             root = Path(part.source)
-            self.fwd = {n: self._open(root / f"fwd_{n}.npy") for n in ("indptr", "words", "weights", "frames")}
+            self.fwd = {n: self._open(root / f"fwd_{n}.npy") for n in ("indptr", "words", "weights", "frames")
+                        if (root / f"fwd_{n}.npy").exists()}
             self.fwd_indptr = self.fwd["indptr"].all()
             self.inv = {n: self._open(root / "invfile" / f"{n}.npy") for n in ("postings_ids", "postings_tf")}
             self.sig = {n: self._open(root / "signatures" / f"{n}.npy") for n in ("rows", "sigs")} \
@@ -95,11 +97,14 @@ class _Source:
         return np.array([self.part.searcher.forward(int(i))[3] for i in self.ids], np.int64).reshape(-1, 2)
 
     def forward(self, row: int) -> tuple:
+        """(words, weights, frames or None) of one row."""
         if not self.saved:
             w, wt, frames, _ = self.part.searcher.forward(int(self.ids[row]))
-            return np.asarray(w), np.asarray(wt), np.asarray(frames)
+            return np.asarray(w), np.asarray(wt), frames
         a, b = int(self.fwd_indptr[row]), int(self.fwd_indptr[row + 1])
-        return self.fwd["words"].rows(a, b), self.fwd["weights"].rows(a, b), self.fwd["frames"].rows(a, b)
+        words = self.fwd["words"].rows(a, b)
+        weights = self.fwd["weights"].rows(a, b) if "weights" in self.fwd else np.ones(words.shape, np.float32)
+        return words, weights, (self.fwd["frames"].rows(a, b) if "frames" in self.fwd else None)
 
     def n_features(self, row: int) -> int:
         if self.saved:
@@ -209,13 +214,17 @@ def _forward(sources, owners, folder: Path, model) -> None:
     _save(folder / "fwd_indptr.npy", indptr)
     _save(folder / "fwd_sizes.npy", np.array([sources[k].sizes[row] for _, k, row in owners], np.int64)
           .reshape(-1, 2))
-    out = {"words": _Writer(folder / "fwd_words.npy", (F, r), np.int32),
-           "weights": _Writer(folder / "fwd_weights.npy", (F, r), np.float32),
-           "frames": _Writer(folder / "fwd_frames.npy", (F, 6), np.float32)}
+    out = {"words": _Writer(folder / "fwd_words.npy", (F, r), forward_words_dtype(model.n_words))}
+    if model.assignment != "hard":   # as ObjectSearcher.save: hard weights (all 1) and dropped frames not stored
+        out["weights"] = _Writer(folder / "fwd_weights.npy", (F, r), np.float32)
+    if model.keep_frames:
+        out["frames"] = _Writer(folder / "fwd_frames.npy", (F, 6), np.float32)
     for a in range(0, n, IMAGE_BLOCK):
         block = [sources[k].forward(row) for _, k, row in owners[a:a + IMAGE_BLOCK]]
         for j, name in enumerate(("words", "weights", "frames")):
-            if block:
+            if block and name in out:
+                if any(b[j] is None for b in block):
+                    raise ValueError(f"write_merged: a part keeps no {name} but the merged searcher does.")
                 out[name].write(np.concatenate([np.asarray(b[j]).reshape((len(b[j]), *out[name].shape[1:]))
                                                 for b in block]))
     for w in out.values():

@@ -192,7 +192,8 @@ def merged(model, parts: list[Part], keep=None):
         entries, signed = {}, []
         for i, p in batch:
             w, wt, frames, size = p.searcher.forward(i)
-            entries[i] = (np.array(w), np.array(wt), np.array(frames), size)
+            keep_frames = model.keep_frames and frames is not None
+            entries[i] = (np.array(w), np.array(wt), np.array(frames) if keep_frames else None, size)
             if model.signatures:
                 uw, sigs = p.searcher.smk_.signatures_of(i, words=np.asarray(w)[:, 0])
                 signed.append((uw, np.array(sigs)))

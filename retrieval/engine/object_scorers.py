@@ -51,6 +51,16 @@ class Round:
     threads: int = 1
     checked: dict = field(default_factory=dict)
 
+    def frames_of(self, image_id: int, kept):
+        """An image's frames: ``kept`` (the forward index's), or those of its stored features (a searcher with
+        ``keep_frames=False``: the same features, in the same order)."""
+        if kept is not None:
+            return kept
+        if self.get_features is None:
+            raise ValueError("this searcher keeps no frames (keep_frames=False): query expansion needs the stored "
+                             "features (get_features).")
+        return np.asarray(self.get_features(int(image_id)).frames, np.float32)
+
     def with_words(self, words) -> Round:
         self.q = (self.q[0], self.q[1], np.asarray(words))
         return self
@@ -75,7 +85,7 @@ class BowScorer:
             if len(hw) > n_qe:
                 break
             words, weights, frames, _ = s.forward(hit.id)
-            inside = select_in_box(frames, hit.box)
+            inside = select_in_box(rnd.frames_of(hit.id, frames), hit.box)
             if inside.any():
                 w2, t2 = s.histogram(words[inside], weights[inside])
                 if len(w2) == len(qw) and np.array_equal(w2, qw) and np.allclose(t2, qtf):
@@ -140,7 +150,7 @@ class AsmkScorer:
             w2, s2 = s.smk_.signatures_of(hit.id, words=fw[:, 0])   # its lists only: no pass over every posting
             if len(w2) == len(hw) and np.array_equal(w2, hw) and np.array_equal(s2, own):
                 continue  # the query's own image (or an exact copy) adds nothing: skipped
-            keep = np.isin(w2, fw[select_in_box(frames, hit.box), 0])
+            keep = np.isin(w2, fw[select_in_box(rnd.frames_of(hit.id, frames), hit.box), 0])
             if keep.any():
                 parts.append((w2[keep], smk.signature_vectors(s2[keep], centers.shape[1])))
         if len(parts) == 1:

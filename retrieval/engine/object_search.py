@@ -33,7 +33,7 @@ from retrieval.core.cache import BytesLRU
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.engine.hits import Hit, finish_ranking
-from retrieval.engine.object_forward import ForwardEntries
+from retrieval.engine.object_forward import ForwardEntries, forward_words_dtype
 from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
 from retrieval.engine.object_scores import word_matches
 from retrieval.features.frames import parse_box, select_in_box
@@ -108,7 +108,7 @@ class ObjectSearcher:
                  shortlist: int = 200, min_inliers: int = DEFAULT_MIN_INLIERS, rootsift: bool = True,
                  max_train_descriptors: int = 1_000_000, vocabulary_params: dict | None = None,
                  signatures: bool = False, query_words: int = 1, threshold: float = 0.0, asymmetric: bool = True,
-                 random_state=None):
+                 keep_frames: bool = True, random_state=None):
         self.n_words = n_words
         self.assignment = assignment
         self.idf = idf
@@ -121,6 +121,7 @@ class ObjectSearcher:
         self.query_words = query_words
         self.threshold = threshold
         self.asymmetric = asymmetric
+        self.keep_frames = keep_frames
         self.random_state = random_state
         self._fwd = ForwardEntries()
 
@@ -160,7 +161,7 @@ class ObjectSearcher:
         """The constructor's parameters (what :meth:`save` records)."""
         return {k: getattr(self, k) for k in ("n_words", "assignment", "idf", "shortlist", "min_inliers", "rootsift",
                                               "max_train_descriptors", "vocabulary_params", "signatures",
-                                              "query_words", "threshold", "asymmetric")}
+                                              "query_words", "threshold", "asymmetric", "keep_frames")}
 
     def empty_like(self) -> ObjectSearcher:
         """A searcher with this one's parameters and vocabulary (shared) and nothing indexed."""
@@ -202,7 +203,8 @@ class ObjectSearcher:
         for i, f in zip(ids.tolist(), features_list, strict=True):
             desc = _descriptors(f, self.rootsift)
             w, wt = self.assign(desc)
-            entries[int(i)] = (w, wt, np.asarray(f.frames, np.float32), tuple(int(v) for v in f.image_size))
+            frames = np.asarray(f.frames, np.float32) if self.keep_frames else None
+            entries[int(i)] = (w, wt, frames, tuple(int(v) for v in f.image_size))
             if self.signatures:   # one word per database descriptor (its nearest), as ASMK*
                 uw, V = smk.aggregate_residuals(desc, w[:, 0], self.vocabulary_.cluster_centers_)
                 signed.append((uw, smk.binarize(V)))
@@ -288,6 +290,9 @@ class ObjectSearcher:
         box)`` when verified, else None. The decision and the box follow :class:`Verifier`."""
         q_frames, _, q_words = rnd.q
         words, _, frames, size = self._fwd[int(i)]
+        if frames is None:
+            raise ValueError("this searcher keeps no frames (keep_frames=False): verify with the stored features "
+                             "(get_features).")
         matches = word_matches(q_words, words[:, 0])
         if matches.shape[0] < 3:
             return None
@@ -410,9 +415,11 @@ class ObjectSearcher:
 
         save_npy_atomic(folder / "fwd_ids.npy", np.asarray(order, dtype=np.int64))
         save_npy_atomic(folder / "fwd_indptr.npy", indptr)
-        save_npy_atomic(folder / "fwd_words.npy", cat(0, (0, r), np.int32))
-        save_npy_atomic(folder / "fwd_weights.npy", cat(1, (0, r), np.float32))
-        save_npy_atomic(folder / "fwd_frames.npy", cat(2, (0, 6), np.float32))
+        save_npy_atomic(folder / "fwd_words.npy", cat(0, (0, r), forward_words_dtype(self.n_words)))
+        if self.assignment != "hard":   # hard assignment: every weight is 1, not stored
+            save_npy_atomic(folder / "fwd_weights.npy", cat(1, (0, r), np.float32))
+        if self.keep_frames:
+            save_npy_atomic(folder / "fwd_frames.npy", cat(2, (0, 6), np.float32))
         save_npy_atomic(folder / "fwd_sizes.npy", np.array([self._fwd[i][3] for i in order], np.int64).reshape(-1, 2))
         params = self.params()
         header = {"format": FORMAT, "format_version": FORMAT_VERSION,
@@ -448,6 +455,7 @@ class ObjectSearcher:
             obj.smk_ = smk.SMKFile.load(folder / "signatures", mmap=mmap)
         mode = "r" if mmap else None
         ld = {n: np.load(folder / f"fwd_{n}.npy", mmap_mode=mode, allow_pickle=False)
-              for n in ("ids", "indptr", "words", "weights", "frames", "sizes")}
+              for n in ("ids", "indptr", "words", "weights", "frames", "sizes")
+              if n in ("ids", "indptr", "words", "sizes") or (folder / f"fwd_{n}.npy").exists()}
         obj._fwd = ForwardEntries(ld)
         return obj

@@ -317,3 +317,28 @@ def test_a_searcher_folder_of_the_previous_format_still_opens(asmk_world, tmp_pa
     back = ObjectSearcher.load(folder)
     assert [h.id for h in back.search(q, k=5, method="asmk", rerank="none")] == \
         [h.id for h in s.search(q, k=5, method="asmk", rerank="none")]
+
+
+@pytest.mark.parametrize("method", ["asmk", "delta1"])
+def test_a_searcher_without_frames_reads_them_from_the_stored_features(asmk_world, tmp_path, method):
+    """keep_frames=False (an index's segments): no frame saved, hard weights and uint16 words not stored wide;
+    query expansion finds the verified images' frames in their stored features: the same lists as with frames."""
+    s, db, q = asmk_world
+    feats = {100 + j: f for j, f in enumerate(db)}
+    lean = s.empty_like()
+    lean.keep_frames = False
+    lean.add(np.arange(100, 112), db)
+    lean.commit()
+    folder = lean.save(tmp_path / "lean", with_vocabulary=False)
+    assert not (folder / "fwd_frames.npy").exists() and not (folder / "fwd_weights.npy").exists()
+    assert np.load(folder / "fwd_words.npy").dtype == np.uint16
+    back = ObjectSearcher.load(folder, vocabulary=s.vocabulary_)
+    full = ObjectSearcher.load(s.save(tmp_path / "full"))
+    box = (50, 50, 150, 150)
+    for qe in (0, 1):
+        kw = {"bbox": box, "k": 8, "method": method, "rerank": "spatial", "query_expansion": qe,
+              "get_features": feats.__getitem__}
+        got = [(h.id, h.score, h.inliers) for h in back.search(q, **kw)]
+        assert got == [(h.id, h.score, h.inliers) for h in full.search(q, **kw)]
+    with pytest.raises(ValueError, match="keeps no frames"):
+        back.search(q, bbox=box, k=8, method=method, rerank="spatial", query_expansion=1)
