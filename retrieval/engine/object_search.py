@@ -96,6 +96,8 @@ class ObjectSearcher:
     query_words : int -- ``method="asmk"``: words per query descriptor (multiple assignment, Tolias et al. 2013)
     threshold : float -- ``method="asmk"``: tau of the selective function (eq. 7)
     asymmetric : bool -- ``method="asmk"``: the query residuals are not binarised (Gordo et al.)
+    keep_frames : bool -- keep each feature's frame in the forward index; False (an index's segments): the
+        frames are read from ``get_features`` when a search needs them (query expansion's boxes)
     random_state : None, int or Generator
 
     Attributes
