@@ -69,11 +69,11 @@ class ObjectBackend(Backend):
         self.model.save(Path(folder) / "searcher")
         return {"files": ["searcher"]}
 
-    def _loaded(self, folder: Path, vocabulary=None) -> ObjectSearcher:
+    def _loaded(self, folder: Path, vocabulary=None, digest=None) -> ObjectSearcher:
         """A saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
         opened with a raised threshold, :func:`retrieval.app.index_support.adopt_thresholds`, uses it);
-        ``vocabulary`` the model's, for a segment (saved without its own)."""
-        searcher = ObjectSearcher.load(folder, vocabulary=vocabulary)
+        ``vocabulary`` the model's, for a segment (saved without its own), and its ``digest``."""
+        searcher = ObjectSearcher.load(folder, vocabulary=vocabulary, digest=digest)
         searcher.min_inliers = self.config.object_search.min_inliers
         return searcher
 
@@ -116,8 +116,8 @@ class ObjectBackend(Backend):
         self.searcher = self.state.view()
 
     def load_state(self, folder) -> None:
-        vocabulary = self.model.vocabulary_
-        self.state.load(None if folder is None else Path(folder), lambda path: self._loaded(path, vocabulary))
+        vocabulary, digest = self.model.vocabulary_, self.state.digest
+        self.state.load(None if folder is None else Path(folder), lambda path: self._loaded(path, vocabulary, digest))
         self.searcher = self.state.view()
 
     def segment_info(self) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ForwardEntries", "forward_words_dtype"]
+__all__ = ["EntryLookup", "ForwardEntries", "forward_words_dtype"]
 
 
 def forward_words_dtype(n_words: int):
@@ -14,7 +14,24 @@ def forward_words_dtype(n_words: int):
     return np.uint16 if n_words <= 1 << 16 else np.int32
 
 
-class ForwardEntries:
+class EntryLookup:
+    """``entries[id]`` (KeyError when absent) and ``id in entries`` from the class's ``get(id)`` (None when
+    absent): the forward index of one searcher and of several parts read alike."""
+
+    def get(self, image_id, default=None):
+        raise NotImplementedError
+
+    def __getitem__(self, image_id):
+        entry = self.get(image_id)
+        if entry is None:
+            raise KeyError(image_id)
+        return entry
+
+    def __contains__(self, image_id) -> bool:
+        return self.get(image_id) is not None
+
+
+class ForwardEntries(EntryLookup):
     """The forward index of an :class:`ObjectSearcher`: image id -> (words (F, r) int32, weights (F, r) float32,
     frames (F, 6) float32, size (w, h)).
 
@@ -54,15 +71,6 @@ class ForwardEntries:
             return self._added[image_id]
         entry = self._saved(image_id)
         return default if entry is None else entry
-
-    def __getitem__(self, image_id):
-        entry = self.get(image_id)
-        if entry is None:
-            raise KeyError(image_id)
-        return entry
-
-    def __contains__(self, image_id) -> bool:
-        return self.get(image_id) is not None
 
     def update(self, entries: dict) -> None:
         for i, entry in entries.items():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.persistence import atomic_write
+from retrieval.core.persistence import atomic_write, save_npy_atomic
 from retrieval.engine.object_forward import forward_words_dtype
 
 __all__ = ["write_merged"]
@@ -184,13 +184,7 @@ def _postings(sources, remaps, kind: str, n_words: int, out_rows: Path, out_valu
         values_out.write(values[order])
     rows_out.close()
     values_out.close()
-    _save(out_indptr, indptr)
-
-
-def _save(path: Path, array: np.ndarray) -> None:
-    out = _Writer(path, np.shape(array), np.asarray(array).dtype)
-    out.write(array)
-    out.close()
+    save_npy_atomic(out_indptr, indptr)
 
 
 def _patch(header: Path, **fields) -> None:
@@ -210,9 +204,9 @@ def _forward(sources, owners, folder: Path, model) -> None:
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=indptr[1:])
     F = int(indptr[-1])
-    _save(folder / "fwd_ids.npy", np.array([i for i, _, _ in owners], np.int64))
-    _save(folder / "fwd_indptr.npy", indptr)
-    _save(folder / "fwd_sizes.npy", np.array([sources[k].sizes[row] for _, k, row in owners], np.int64)
+    save_npy_atomic(folder / "fwd_ids.npy", np.array([i for i, _, _ in owners], np.int64))
+    save_npy_atomic(folder / "fwd_indptr.npy", indptr)
+    save_npy_atomic(folder / "fwd_sizes.npy", np.array([sources[k].sizes[row] for _, k, row in owners], np.int64)
           .reshape(-1, 2))
     out = {"words": _Writer(folder / "fwd_words.npy", (F, r), forward_words_dtype(model.n_words))}
     if model.assignment != "hard":   # as ObjectSearcher.save: hard weights (all 1) and dropped frames not stored
@@ -257,7 +251,7 @@ def write_merged(model, parts, folder: Path) -> int:
         pick = (lambda arrays: np.array([arrays[k][r] for _, k, r in owners], np.float64)) if n else \
             (lambda arrays: np.zeros(0, np.float64))
         for name, values in (("ids", ids), ("norm1", pick(inv[0])), ("norm2", pick(inv[1]))):
-            _save(folder / "invfile" / f"{name}.npy", values)
+            save_npy_atomic(folder / "invfile" / f"{name}.npy", values)
         _postings(sources, remaps, "inv", model.n_words, folder / "invfile" / "postings_ids.npy",
                   folder / "invfile" / "postings_tf.npy", folder / "invfile" / "indptr.npy",
                   np.uint32, (), np.float32)
@@ -266,8 +260,8 @@ def write_merged(model, parts, folder: Path) -> int:
         _patch(folder / "invfile" / "header.json", ntotal=n, n_postings=int(n_postings.shape[0]))
         if model.signatures:
             dim8 = model.vocabulary_.cluster_centers_.shape[1] // 8
-            _save(folder / "signatures" / "ids.npy", ids)
-            _save(folder / "signatures" / "gamma.npy", pick([np.asarray(s.part.searcher.smk_.gamma_)
+            save_npy_atomic(folder / "signatures" / "ids.npy", ids)
+            save_npy_atomic(folder / "signatures" / "gamma.npy", pick([np.asarray(s.part.searcher.smk_.gamma_)
                                                              for s in sources]))
             _postings(sources, remaps, "sig", model.n_words, folder / "signatures" / "rows.npy",
                       folder / "signatures" / "sigs.npy", folder / "signatures" / "indptr.npy",

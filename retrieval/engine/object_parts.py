@@ -13,7 +13,7 @@ Scoring several segments as one collection (:func:`view`):
   depends on its own signatures only, so every segment scores its images and the scores are put side by side;
 - the BoW dissimilarities of Zhu et al. 2013: l1 / l2 (eq. 1) per image; delta_1 / delta_2 (eq. 9, 11) need the
   collection's sums, taken over the live images of every segment (:meth:`InvertedFile.terms`) in id order;
-- the first ``R`` images are chosen by (score, id) (:func:`topk_by_id`), so the lists do not depend on how the
+- the first ``R`` images are chosen by (score, id) (:func:`retrieval.engine.object_scores.topk_by_id`), so the lists do not depend on how the
   images are spread over segments: after any sequence of syncs they equal those of one build.
 
 With idf (the ``object`` preset) every image's weights depend on the whole collection: its state is kept as one
@@ -32,30 +32,22 @@ import numpy as np
 
 from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import STATE_FORMAT, read_npy, write_npy
+from retrieval.engine.object_forward import EntryLookup
 from retrieval.engine.object_merge import write_merged
-from retrieval.engine.segments import SEGMENTED_FORMAT_VERSION, choose_merges, segments_root, shard_of
+from retrieval.engine.object_scores import topk_by_id  # noqa: F401 (part of this module's API)
+from retrieval.engine.object_search import vocabulary_digest
+from retrieval.engine.segments import (
+    SEGMENTED_FORMAT_VERSION,
+    choose_merges,
+    mark_removed,
+    segments_root,
+    shard_of,
+)
 
 __all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
 
 MERGE_BATCH = 256
 """Images copied at a time by a merge."""
-
-
-def topk_by_id(d: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` smallest entries of ``d``, ties broken by ``ids`` (also at the k-th value), sorted by
-    (value, id): the choice does not depend on the order of the rows."""
-    n = len(d)
-    if n == 0 or k <= 0:
-        return np.zeros(0, np.int64)
-    if k < n:
-        thr = d[np.argpartition(d, k - 1)[k - 1]]
-        below = np.flatnonzero(d < thr)
-        at = np.flatnonzero(d == thr)
-        at = at[np.argsort(ids[at], kind="stable")[:k - len(below)]]
-        top = np.concatenate([below, at])
-    else:
-        top = np.arange(n)
-    return top[np.lexsort((ids[top], d[top]))].astype(np.int64)
 
 
 @dataclass
@@ -85,7 +77,7 @@ class Part:
         return ~np.isin(self.ids, self.dead) if len(self.dead) else np.ones(self.rows, bool)
 
 
-class PartsForward:
+class PartsForward(EntryLookup):
     """The forward entries of several parts (an id is looked up in each part in turn)."""
 
     def __init__(self, parts: list[Part]):
@@ -98,15 +90,6 @@ class PartsForward:
                 if entry is not None:
                     return entry
         return default
-
-    def __getitem__(self, image_id):
-        entry = self.get(image_id)
-        if entry is None:
-            raise KeyError(image_id)
-        return entry
-
-    def __contains__(self, image_id) -> bool:
-        return self.get(image_id) is not None
 
 
 class PartsSignatures:
@@ -208,6 +191,7 @@ class ObjectSegments:
 
     def __init__(self, model, n_shards: int = 1):
         self.model = model
+        self.digest = vocabulary_digest(model.vocabulary_)   # hashed once: every segment's folder is checked
         self.n_shards = int(n_shards)
         self.parts: list[Part] = []
         self.pending = None
@@ -253,10 +237,7 @@ class ObjectSegments:
             return
         if self.pending is not None:
             self.pending.remove(ids)
-        for p in self.parts:
-            hit = ids[np.isin(ids, p.ids)]
-            if len(hit):
-                p.dead = np.union1d(p.dead, hit)
+        mark_removed(self.parts, ids)
 
     def load(self, folder: Path | None, loader) -> None:
         """The state of generation folder ``folder`` (None: empty); ``loader(path)`` opens a searcher folder with
@@ -331,7 +312,7 @@ class ObjectSegments:
                         searcher.save(path, with_vocabulary=False)
                 else:   # written as read, a block at a time (retrieval.engine.object_merge), then mapped
                     write_merged(self.model, group, path)
-                    searcher = self.model.load(path, vocabulary=self.model.vocabulary_)
+                    searcher = self.model.load(path, vocabulary=self.model.vocabulary_, digest=self.digest)
                 if searcher.ntotal:   # the publish renames <name>.tmp to <name>
                     segments.append(Part(name, searcher, shard=s, source=root / name / "searcher"))
                 else:

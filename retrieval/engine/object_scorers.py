@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.core.cache import BytesLRU
-from retrieval.engine.object_parts import topk_by_id
-from retrieval.engine.object_scores import object_similarity, unverified_hits
+from retrieval.engine.object_scores import object_similarity, topk_by_id, unverified_hits
 from retrieval.features.frames import select_in_box
 from retrieval.rerank.verifier import Described, Verifier
 from retrieval.search import smk

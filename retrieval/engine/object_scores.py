@@ -9,7 +9,7 @@ import numpy as np
 from retrieval.engine.hits import Hit
 from retrieval.search.invfile import METHODS
 
-__all__ = ["object_similarity", "unverified_hits", "word_matches"]
+__all__ = ["object_similarity", "topk_by_id", "unverified_hits", "word_matches"]
 
 
 def object_similarity(d, method: str, qv, weight: float) -> np.ndarray:
@@ -75,3 +75,20 @@ def word_matches(q_words, db_words, max_pairs_per_word: int = 16):
             for y in do[a2:b2]:
                 pairs.append((x, y))
     return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+
+
+def topk_by_id(d: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` smallest entries of ``d``, ties broken by ``ids`` (also at the k-th value), sorted by
+    (value, id): the choice does not depend on the order of the rows."""
+    n = len(d)
+    if n == 0 or k <= 0:
+        return np.zeros(0, np.int64)
+    if k < n:
+        thr = d[np.argpartition(d, k - 1)[k - 1]]
+        below = np.flatnonzero(d < thr)
+        at = np.flatnonzero(d == thr)
+        at = at[np.argsort(ids[at], kind="stable")[:k - len(below)]]
+        top = np.concatenate([below, at])
+    else:
+        top = np.arange(n)
+    return top[np.lexsort((ids[top], d[top]))].astype(np.int64)

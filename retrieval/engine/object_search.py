@@ -433,10 +433,12 @@ class ObjectSearcher:
         return folder
 
     @classmethod
-    def load(cls, folder, *, mmap: bool = True, vocabulary: ApproximateKMeans | None = None) -> ObjectSearcher:
+    def load(cls, folder, *, mmap: bool = True, vocabulary: ApproximateKMeans | None = None,
+             digest: str | None = None) -> ObjectSearcher:
         """Open a folder written by :meth:`save` (postings and forward arrays memory-mapped when ``mmap``).
         ``vocabulary``: the model's, for a folder saved without its own (``with_vocabulary=False``); it must be
-        the one the folder was built with (its digest is checked)."""
+        the one the folder was built with (its digest is checked; ``digest``: :func:`vocabulary_digest` of
+        ``vocabulary`` when the caller has it, so that opening several segments hashes it once)."""
         folder = Path(folder)
         try:
             header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "object searcher")
@@ -447,9 +449,10 @@ class ObjectSearcher:
             obj.vocabulary_ = ApproximateKMeans.load(folder / "vocabulary.npz")
         elif vocabulary is None:
             raise FormatError(f"{folder}: the vocabulary is kept by the index's model; open this searcher with it.")
-        elif vocabulary_digest(vocabulary) != header.get("vocabulary_digest"):
+        elif (digest or vocabulary_digest(vocabulary)) != header.get("vocabulary_digest"):
             raise FormatError(f"{folder}: built with another vocabulary than the model's (digest "
-                              f"{header.get('vocabulary_digest')!r}, the model's {vocabulary_digest(vocabulary)!r}).")
+                              f"{header.get('vocabulary_digest')!r}, the model's "
+                              f"{digest or vocabulary_digest(vocabulary)!r}).")
         else:
             obj.vocabulary_ = vocabulary
         obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)

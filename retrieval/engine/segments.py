@@ -53,7 +53,8 @@ DEAD_FRACTION = 0.25
 QUANTIZER_SAMPLE_PER_LIST = 256
 """Training vectors per coarse list drawn to train the IVFADC quantiser (faiss's max_points_per_centroid)."""
 
-__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "quantizer_outgrown", "segment_names", "segments_root", "shard_of"]
+__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "mark_removed", "quantizer_outgrown", "segment_names",
+           "segments_root", "shard_of"]
 
 
 def segments_root(gen_folder) -> Path:
@@ -111,6 +112,15 @@ def choose_merges(parts: list, merge_all: bool) -> list[list]:
     return [need] if need else []
 
 
+def mark_removed(parts: list, ids: np.ndarray) -> None:
+    """Record the removed ``ids`` (distinct) in the deletion list (``dead``, sorted) of every written part that
+    holds them (``ids``): the segments themselves are never changed."""
+    for p in parts:
+        hit = ids[np.isin(ids, np.asarray(p.ids))]
+        if len(hit):
+            p.dead = np.union1d(p.dead, hit)
+
+
 @dataclass
 class Segment:
     """One loaded segment: its folder name (None: not written yet, or a state of format version 1), its stage
@@ -119,6 +129,10 @@ class Segment:
     name: str | None
     stage: FirstStage
     dead: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.stage.ids
 
     @property
     def rows(self) -> int:
@@ -212,12 +226,7 @@ class SegmentedStage(FirstStage):
             return
         if self.pending is not None:
             self.pending.remove(ids)
-        for seg in self.segments:
-            stored = np.asarray(seg.stage.ids)
-            pos = np.minimum(np.searchsorted(stored, ids), max(len(stored) - 1, 0))
-            hit = ids[(len(stored) > 0) & (stored[pos] == ids)] if len(stored) else ids[:0]
-            if len(hit):
-                seg.dead = np.union1d(seg.dead, hit)
+        mark_removed(self.segments, ids)
 
     def load_state(self, folder: Path | None) -> None:
         self.segments, self.pending = [], None

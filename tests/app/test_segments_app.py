@@ -132,15 +132,44 @@ def to_previous_format(index_dir):
     assert json.loads((gen / "state.json").read_text())["format_version"] == 1
 
 
-def test_an_index_of_the_previous_format_opens_and_its_next_sync_converts_it(tmp_path, pool):
+def object_to_previous_format(index_dir):
+    """The committed generation of a one-segment `accurate` index as the previous format wrote it: ``ids.npy`` and
+    the searcher (with its own copy of the vocabulary, searcher format version 1) in the generation folder."""
+    import numpy as np
+
+    idx = Index.open(index_dir)
+    gen = idx.folder.gen_dir(idx.catalog.generation())
+    [seg] = idx.folder.segment_dirs(idx.catalog.generation())
+    idx.close()
+    for p in gen.iterdir():
+        p.unlink()
+    shutil.move(str(seg / "searcher"), gen / "searcher")
+    shutil.copy(index_dir / "model" / "searcher" / "vocabulary.npz", gen / "searcher" / "vocabulary.npz")
+    header = json.loads((gen / "searcher" / "header.json").read_text())
+    header["format_version"] = 1
+    for key in ("vocabulary", "vocabulary_digest"):
+        header.pop(key)
+    (gen / "searcher" / "header.json").write_text(json.dumps(header))
+    np.save(gen / "ids.npy", np.load(gen / "searcher" / "fwd_ids.npy"))
+    (gen / "state.json").write_text(json.dumps({"format": "retrieval-index-state", "format_version": 1,
+                                                "kind": "object", "ntotal": header["ntotal"]}))
+    shutil.rmtree(index_dir / "segments")
+    for other in (index_dir / "gens").iterdir():
+        if other != gen:
+            shutil.rmtree(other)
+    write_manifest(gen)
+
+
+@pytest.mark.parametrize("preset", ["default", "accurate"])
+def test_an_index_of_the_previous_format_opens_and_its_next_sync_converts_it(tmp_path, pool, preset):
     photos = tmp_path / "photos"
     photos.mkdir()
-    idx = Index.create(tmp_path / "i", "default", feature_store=FEATURE_CACHE, train_on="generic")
+    idx = Index.create(tmp_path / "i", preset, feature_store=FEATURE_CACHE, train_on="generic")
     present = grow(idx, photos, pool, rounds=3)
     idx.compact()
     want = ranked(idx, present)
     idx.close()
-    to_previous_format(tmp_path / "i")
+    (object_to_previous_format if preset == "accurate" else to_previous_format)(tmp_path / "i")
     old = Index.open(tmp_path / "i")
     assert ranked(old, present) == want
     res = CliRunner().invoke(main, ["check", "--index", str(tmp_path / "i")], catch_exceptions=False)
@@ -183,54 +212,6 @@ def test_adding_files_looks_up_only_those_files(tmp_path, pool, monkeypatch):
     monkeypatch.undo()
     report = idx.sync(photos)                    # the dropped file's folder is followed: kept
     assert report.removed == 0 and idx.catalog.count("indexed") == len(present) + 1
-
-
-def object_to_previous_format(index_dir):
-    """The committed generation of a one-segment `accurate` index as the previous format wrote it: ``ids.npy`` and
-    the searcher (with its own copy of the vocabulary, searcher format version 1) in the generation folder."""
-    import numpy as np
-
-    idx = Index.open(index_dir)
-    gen = idx.folder.gen_dir(idx.catalog.generation())
-    [seg] = idx.folder.segment_dirs(idx.catalog.generation())
-    idx.close()
-    for p in gen.iterdir():
-        p.unlink()
-    shutil.move(str(seg / "searcher"), gen / "searcher")
-    shutil.copy(index_dir / "model" / "searcher" / "vocabulary.npz", gen / "searcher" / "vocabulary.npz")
-    header = json.loads((gen / "searcher" / "header.json").read_text())
-    header["format_version"] = 1
-    for key in ("vocabulary", "vocabulary_digest"):
-        header.pop(key)
-    (gen / "searcher" / "header.json").write_text(json.dumps(header))
-    np.save(gen / "ids.npy", np.load(gen / "searcher" / "fwd_ids.npy"))
-    (gen / "state.json").write_text(json.dumps({"format": "retrieval-index-state", "format_version": 1,
-                                                "kind": "object", "ntotal": header["ntotal"]}))
-    shutil.rmtree(index_dir / "segments")
-    for other in (index_dir / "gens").iterdir():
-        if other != gen:
-            shutil.rmtree(other)
-    write_manifest(gen)
-
-
-def test_an_accurate_index_of_the_previous_format_opens_and_its_next_sync_converts_it(tmp_path, pool):
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    idx = Index.create(tmp_path / "i", "accurate", feature_store=FEATURE_CACHE, train_on="generic")
-    present = grow(idx, photos, pool, rounds=3)
-    idx.compact()
-    want = ranked(idx, present)
-    idx.close()
-    object_to_previous_format(tmp_path / "i")
-    old = Index.open(tmp_path / "i")
-    assert ranked(old, present) == want
-    res = CliRunner().invoke(main, ["check", "--index", str(tmp_path / "i")], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    shutil.copy(pool[-1], photos / pool[-1].name)
-    old.sync(photos)
-    state = json.loads((old.folder.gen_dir(old.catalog.generation()) / "state.json").read_text())
-    assert state["format_version"] == 2 and [s["rows"] for s in state["segments"]] == [len(present) + 1]
-    assert ranked(Index.open(tmp_path / "i"), present)[0][0] == want[0][0]
 
 
 def test_a_sharded_accurate_index_ranks_like_the_unsharded_one(tmp_path, pool):
