@@ -28,11 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from retrieval._version import __version__
+from retrieval.core.npy_threads import serialise_npy_headers
 
 ESTIMATOR_FORMAT = "retrieval-estimator"
 ESTIMATOR_FORMAT_VERSION = 1
 
 
+serialise_npy_headers()   # np.load from several threads on CPython 3.11 < 3.11.8 (retrieval.core.npy_threads)
 logger = logging.getLogger(__name__)
 
 

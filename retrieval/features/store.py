@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import logging
-import threading
 import zipfile
 from pathlib import Path
 
@@ -155,16 +154,10 @@ def _write_entry(path: Path, features: LocalFeatures, *, float16: bool, config_k
     return path
 
 
-_NPY_HEADER_LOCK = threading.Lock()
-"""Serialises the reading of ``.npz`` members: numpy parses each member's header with ``ast.literal_eval``, which
-CPython 3.11 before 3.11.8 does not allow from two threads at once (``SystemError: AST constructor recursion depth
-mismatch``, CPython gh-106905); verification threads read store entries side by side."""
-
-
 def load_features(path) -> LocalFeatures:
     """Read a file written by :func:`save_features` (or a store entry)."""
     try:
-        with _NPY_HEADER_LOCK, np.load(path, allow_pickle=False) as z:
+        with np.load(path, allow_pickle=False) as z:
             header = json.loads(bytes(z["__header__"]).decode("utf-8"))
             frames, desc = z["frames"], z["descriptors"]
             size = tuple(int(v) for v in z["image_size"])
