@@ -1,0 +1,300 @@
+"""What a person choosing which copy of a duplicate photo to keep wants to know, and the rule that picks one.
+
+:func:`photo_facts` reads a file's size, format, EXIF date and camera from its header only (Pillow opens files
+lazily: no pixel is decoded, so a truncated body goes unnoticed and a huge image costs nothing).
+
+The keeper rule (:data:`KEEPER_RULE`, ``("resolution", "format", "oldest", "path")``) orders the copies of one
+photo by these criteria, each breaking the ties of the ones before it:
+
+1. ``resolution``: the most pixels (width x height) first: a smaller copy is a resize;
+2. ``format``: the original first: files with EXIF camera information (``Make`` / ``Model``) before files without
+   (a re-encoded copy usually lost it), then by format: camera RAW (by extension: DNG, CR2, NEF, ARW, ...), TIFF,
+   HEIF, JPEG (and MPO, a camera's multi-picture JPEG), then PNG (a lossless copy), then WebP and AVIF (lossy
+   re-encodings, the usual web copy), then GIF and every other or unknown format (palette or uncompressed exports);
+3. ``oldest``: the earliest date first: the EXIF date the photo was taken, else the file's modification time;
+4. ``path``: the shortest path first, then alphabetical (deterministic).
+
+:func:`parse_keeper_rule` reads a user's rule (``"under:~/Pictures,resolution"``). Whatever the rule, an unreadable
+file comes after every readable one, and the remaining ties go to the path then the position in the list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import warnings
+from datetime import datetime
+
+from retrieval.features.image import register_image_plugins
+
+KEEPER_RULE = ("resolution", "format", "oldest", "path")
+"""The default keeper rule (module docstring): largest resolution, original format, oldest date, shortest path."""
+
+KEEPER_CRITERIA = ("resolution", "smallest", "format", "oldest", "newest", "bytes", "path", "under:DIR")
+"""The criteria of a keeper rule: largest / smallest resolution, original format, oldest / newest date, largest
+file, shortest path, and ``under:DIR`` (files under the folder DIR first, a user's main library)."""
+
+RAW_EXTENSIONS = (".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2", ".orf", ".rw2", ".raf",
+                  ".pef", ".srw", ".x3f", ".3fr", ".iiq", ".erf", ".mrw", ".kdc", ".dcr", ".raw")
+"""Camera RAW files, recognised by extension. Pillow sees at most an embedded preview in them: their format is
+the extension upper-cased and their width and height are None (unknown without a RAW decoder)."""
+
+FORMAT_RANK = {**{ext[1:].upper(): 0 for ext in RAW_EXTENSIONS}, "TIFF": 1, "TIF": 1, "HEIF": 2, "HEIC": 2,
+               "JPEG": 3, "JPG": 3, "JPE": 3, "MPO": 3, "PNG": 4, "WEBP": 5, "AVIF": 5}
+"""Rank of a format in the ``format`` criterion (lower is kept first); GIF and any other format rank
+:data:`OTHER_FORMAT_RANK`. Pillow's names and the extensions of files Pillow cannot open (``JPG``, ``HEIC``)."""
+
+OTHER_FORMAT_RANK = 6
+
+EXIF_IFD, DATE_TIME_ORIGINAL, DATE_TIME, MAKE, MODEL, ORIENTATION = 0x8769, 36867, 306, 271, 272, 0x0112
+_EXIF_DATE = re.compile(r"\s*(\d{4})[:-](\d{2})[:-](\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
+
+
+def photo_facts(path) -> dict:
+    """The facts of one image file, read from its header (no pixel is decoded). Never raises.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    dict
+        ``path`` (str), ``width`` and ``height`` (int, as displayed: swapped when the EXIF orientation is 5 to
+        8), ``megapixels`` (float, rounded to 0.1), ``bytes`` (file size), ``format`` (Pillow's name: ``"JPEG"``,
+        ``"PNG"``, ``"WEBP"``, ``"HEIF"``, ...; the extension upper-cased when Pillow cannot open the file or for
+        a camera RAW file), ``date`` (EXIF ``DateTimeOriginal``, else ``DateTime``, as ``"YYYY-MM-DDTHH:MM:SS"``),
+        ``camera`` (``"Make Model"``, the make left out when the model already names it), ``mtime`` (the
+        modification time, local, ISO format) and ``error`` (None, or a one-line reason the file is unreadable).
+        Unknown values are None.
+    """
+    path = str(path)
+    ext = os.path.splitext(path)[1].lower()
+    facts = {"path": path, "width": None, "height": None, "megapixels": None, "bytes": None,
+             "format": ext[1:].upper() or None, "date": None, "camera": None, "mtime": None, "error": None}
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        facts["error"] = f"file not found or unreadable ({exc.strerror or exc})"
+        return facts
+    facts["bytes"] = int(st.st_size)
+    with contextlib.suppress(OverflowError, OSError, ValueError):   # a timestamp out of datetime's range
+        facts["mtime"] = datetime.fromtimestamp(st.st_mtime).isoformat(timespec="seconds")
+    if st.st_size == 0:
+        facts["error"] = "the file is empty (0 bytes)"
+        return facts
+    try:
+        _read_header(path, ext, facts)
+    except Exception as exc:  # noqa: BLE001 - a bad file gives a reason, never an exception
+        from PIL import UnidentifiedImageError
+
+        reason = "not an image file (unknown format)" if isinstance(exc, UnidentifiedImageError) else (
+            f"unreadable ({getattr(exc, 'reason', None) or exc})")
+        facts["error"] = " ".join(reason.split())
+    return facts
+
+
+def _read_header(path: str, ext: str, facts: dict) -> None:
+    """Fill ``facts`` from the header Pillow reads when it opens ``path`` (size, format, EXIF)."""
+    from PIL import Image
+
+    register_image_plugins(path)
+    with warnings.catch_warnings():
+        # only the header is read: Pillow's decompression-bomb limit (which refuses to open, not to decode) is
+        # lifted while opening, as retrieval.features.image.decode_cost does; nothing here decodes pixels
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            im = Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    with im:
+        w, h = (int(v) for v in im.size)
+        facts["format"] = ext[1:].upper() if ext in RAW_EXTENSIONS else (im.format or facts["format"])
+        try:
+            # a PNG whose eXIf chunk is not before its pixels would be decoded in full to look for it
+            cheap = im.format != "PNG" or "exif" in im.info or "Raw profile type exif" in im.info
+            exif = im.getexif() if cheap else Image.Exif()
+            ifd0, sub = dict(exif), dict(exif.get_ifd(EXIF_IFD))
+        except Exception:  # noqa: BLE001 - a broken EXIF block leaves date and camera unknown
+            ifd0, sub = {}, {}
+    if ext not in RAW_EXTENSIONS:
+        if ifd0.get(ORIENTATION) in (5, 6, 7, 8):
+            w, h = h, w
+        facts.update(width=w, height=h, megapixels=round(w * h / 1e6, 1))
+    facts["date"] = _exif_date(sub.get(DATE_TIME_ORIGINAL)) or _exif_date(ifd0.get(DATE_TIME))
+    facts["camera"] = _camera(_text(ifd0.get(MAKE)), _text(ifd0.get(MODEL)))
+
+
+def _text(value) -> str:
+    """An EXIF ASCII value as clean text ("" when absent): NULs and surrounding spaces stripped."""
+    value = value.decode("latin-1") if isinstance(value, bytes) else value
+    return value.replace("\x00", " ").strip() if isinstance(value, str) else ""
+
+
+def _exif_date(value) -> str | None:
+    """``"YYYY:MM:DD HH:MM:SS"`` -> ``"YYYY-MM-DDTHH:MM:SS"``; None when absent or not a real date."""
+    m = _EXIF_DATE.match(_text(value))
+    if m is None:
+        return None
+    try:
+        return datetime(*(int(g) for g in m.groups())).isoformat(timespec="seconds")
+    except ValueError:   # "0000:00:00 00:00:00" and other placeholders
+        return None
+
+
+def _camera(make: str, model: str) -> str | None:
+    """``"Make Model"``, or the model alone when it already starts with the make or the make's first word
+    (``"Canon"`` + ``"Canon EOS 5D"``, ``"NIKON CORPORATION"`` + ``"NIKON D750"``); None when both are absent."""
+    if make and model.lower().startswith((make.lower(), make.split()[0].lower())):
+        return model
+    return " ".join(p for p in (make, model) if p) or None
+
+
+def parse_keeper_rule(text) -> tuple:
+    """A keeper rule from a user's comma-separated criteria (:data:`KEEPER_CRITERIA`).
+
+    Parameters
+    ----------
+    text : str
+        For example ``"oldest"``, ``"under:~/Pictures, resolution"``; names are case-insensitive, ``~`` in a
+        folder is expanded.
+
+    Returns
+    -------
+    tuple of str
+        The criteria in order (``"under:DIR"`` entries keep their folder).
+
+    Raises
+    ------
+    ValueError
+        An empty rule, an unknown criterion or ``under:`` without a folder (one line naming the valid criteria).
+    """
+    names = [p.strip() for p in str(text).split(",")]
+    return _check_rule(tuple("under:" + os.path.expanduser(n[6:].strip()) if n.lower().startswith("under:")
+                             else n.lower() for n in names))
+
+
+def _check_rule(rule) -> tuple:
+    rule = (rule,) if isinstance(rule, str) else tuple(rule)
+    for name in rule:
+        if not (name in KEEPER_CRITERIA or (isinstance(name, str) and name.startswith("under:") and name[6:])):
+            raise ValueError(f"keeper rule: unknown criterion {name!r} (a folder is needed: under:DIR); valid "
+                             f"criteria: {', '.join(KEEPER_CRITERIA)}.")
+    return rule
+
+
+def _when(f) -> tuple[str | None, bool]:
+    """The date the ``oldest`` / ``newest`` criteria use, and whether it is the file's modification time."""
+    return (f["date"], False) if f.get("date") else (f.get("mtime"), True)
+
+
+def _under(path: str, folder: str) -> bool:
+    p, d = (os.path.normcase(os.path.realpath(os.path.expanduser(x))) for x in (path, folder))
+    return p == d or p.startswith(d.rstrip(os.sep) + os.sep)
+
+
+def _key(name: str, f: dict) -> tuple:
+    """The sort key of facts ``f`` under one criterion: smaller is kept first, unknown values last."""
+    if name in ("resolution", "smallest"):
+        px = f["width"] * f["height"] if f.get("width") and f.get("height") else None
+        return (1, 0) if px is None else (0, -px if name == "resolution" else px)
+    if name == "format":
+        return (0 if f.get("camera") else 1, FORMAT_RANK.get(str(f.get("format")).upper(), OTHER_FORMAT_RANK))
+    if name in ("oldest", "newest"):
+        try:
+            s = (datetime.fromisoformat(_when(f)[0]) - datetime(1, 1, 1)).total_seconds()
+        except (TypeError, ValueError):
+            return (1, 0.0)
+        return (0, s if name == "oldest" else -s)
+    if name == "bytes":
+        return (1, 0) if f.get("bytes") is None else (0, -f["bytes"])
+    if name == "path":
+        return (len(f["path"]), f["path"])
+    return (0 if _under(f["path"], name[len("under:"):]) else 1,)
+
+
+def _full_key(f: dict, rule: tuple) -> tuple:
+    return (f.get("error") is not None, *(_key(name, f) for name in rule), _key("path", f))
+
+
+def choose_keeper(facts_list, rule=KEEPER_RULE) -> int:
+    """The index in ``facts_list`` of the copy to keep.
+
+    Parameters
+    ----------
+    facts_list : sequence of dict
+        :func:`photo_facts` of the copies of one photo (at least one).
+    rule : tuple of str, default :data:`KEEPER_RULE`
+        Criteria in order (:func:`parse_keeper_rule`). Readable files always come first; remaining ties go to
+        the shortest, then alphabetically first path, then the first in the list.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        An empty ``facts_list`` or an unknown criterion.
+    """
+    rule = _check_rule(rule)
+    if not facts_list:
+        raise ValueError("choose_keeper: facts_list is empty.")
+    return min(range(len(facts_list)), key=lambda i: (_full_key(facts_list[i], rule), i))
+
+
+def keeper_reason(facts_list, keeper_index: int, rule=KEEPER_RULE) -> str:
+    """A short reason ``facts_list[keeper_index]`` is kept: the first criterion of ``rule`` that puts it before
+    the runner-up (the best of the other copies), e.g. ``"largest resolution (4032x3024)"``, ``"original format
+    (JPEG over PNG)"``, ``"oldest (2019-05-01)"``; ``"chosen by hand (...)"`` when the rule prefers another copy.
+
+    Parameters
+    ----------
+    facts_list : sequence of dict
+    keeper_index : int
+    rule : tuple of str, default :data:`KEEPER_RULE`
+
+    Returns
+    -------
+    str
+    """
+    rule = _check_rule(rule)
+    keeper = facts_list[keeper_index]
+    others = [i for i in range(len(facts_list)) if i != keeper_index]
+    if not others:
+        return "the only copy"
+    runner_index = min(others, key=lambda i: (_full_key(facts_list[i], rule), i))
+    runner = facts_list[runner_index]
+    if (keeper.get("error") is None) != (runner.get("error") is None):
+        return "the only readable copy" if keeper.get("error") is None else _by_hand(runner)
+    for name in (*rule, "path"):
+        a, b = _key(name, keeper), _key(name, runner)
+        if a != b:
+            return _reason(name, keeper, runner) if a < b else _by_hand(runner)
+    return "first listed" if keeper_index < runner_index else _by_hand(runner)
+
+
+def _by_hand(preferred: dict) -> str:
+    return f"chosen by hand (the rule prefers {os.path.basename(preferred['path'])})"
+
+
+def _reason(name: str, keeper: dict, runner: dict) -> str:
+    if name in ("resolution", "smallest"):
+        word = "largest" if name == "resolution" else "smallest"
+        return f"{word} resolution ({keeper['width']}x{keeper['height']})"
+    if name == "format":
+        def described(f):
+            return f"{f.get('format') or 'unknown'}" + (f" from {f['camera']}" if f.get("camera") else "")
+        return f"original format ({described(keeper)} over {described(runner)})"
+    if name in ("oldest", "newest"):
+        (when, modified), other = _when(keeper), _when(runner)[0] or ""
+        shown = when[:10] if when[:10] != other[:10] else when.replace("T", " ")
+        return f"{name} ({'modified ' if modified else ''}{shown})"
+    if name == "bytes":
+        return f"largest file ({keeper['bytes'] / 1e6:.1f} MB)" if keeper["bytes"] >= 100_000 else (
+            f"largest file ({keeper['bytes']:,} bytes)")
+    if name == "path":
+        return "shortest path" if len(keeper["path"]) < len(runner["path"]) else "first path alphabetically"
+    return f"under {name[len('under:'):]}"
