@@ -272,6 +272,18 @@ class Index:
             self.catalog.set_meta(excluded=[p for p in excluded if p not in wanted])
         return back
 
+    def exclude(self, paths) -> list[str]:
+        """Keep paths out of later syncs without touching the index (the list :meth:`remove` adds to, which
+        :meth:`include` takes paths back from): for files that are not indexed, such as duplicates moved into a
+        folder the index follows; returns those newly excluded."""
+        wanted = {os.path.abspath(os.path.expanduser(str(p))) for p in paths}
+        with self.writer_lock():
+            excluded = self.excluded
+            new = sorted(wanted.difference(excluded))
+            if new:
+                self.catalog.set_meta(excluded=sorted(set(excluded) | wanted))
+        return new
+
     def folder_files(self, folder, add_root: bool, replace_root: bool, stats: dict | None = None
                      ) -> tuple[list[str], list[str]]:
         """(files, roots) of a sync with ``folder`` (:func:`retrieval.app.index_roots.folder_files`)."""

@@ -1,0 +1,412 @@
+"""Safe, undoable actions on the duplicate groups of an index (``retrieval duplicates --action``).
+
+1. :func:`plan_actions` turns the groups of :mod:`retrieval.app.duplicates` into a plan: one step per file that is
+   not its group's keeper, with the file's size and content hash (:func:`retrieval.features.store.file_hash`)
+   read now. Nothing is touched; :func:`dry_run_text` shows it.
+2. :func:`apply_plan` carries it out. The plan file is written (atomically) before any file is touched and again
+   around every step, so it always says what was done: an interrupted run can be undone. A step whose file (or
+   keeper) no longer has the planned content is left alone (status ``changed``); no file is ever overwritten
+   (:func:`retrieval.app.safe_files.move_file`). Actions: ``move`` (to a folder, keeping the folder structure),
+   ``trash`` (the freedesktop.org trash, which desktop file managers restore from:
+   :func:`retrieval.app.safe_files.trash_entry`), ``link`` (an exact copy becomes a hard link to its keeper, a
+   symbolic link when a hard link is impossible). Moved and trashed files then leave the index
+   (:meth:`Index.remove <retrieval.app.index.Index.remove>`, which also keeps them out of later syncs) and their
+   new places inside a folder the index follows are kept out too (:meth:`Index.exclude
+   <retrieval.app.index.Index.exclude>`). A link keeps the bytes of its path: the index is not changed.
+3. :func:`undo_plan` reverses the steps done (or started), newest first, and gives the files back to the index.
+
+Plan file (format ``retrieval-duplicates-plan``, version 1): a JSON object with ``action``, ``created``,
+``index``, ``to``, ``kinds``, ``groups_named``, ``steps`` (each ``group``, ``kind``, ``path``, ``keeper``,
+``keeper_sha``, ``size``, ``sha``, ``dest`` for a move, ``status``: planned, started, done, changed, missing,
+exists or failed, with a ``reason`` when not done; trash steps record ``trash_file`` and ``trash_info``, link steps
+``link``: hard or symbolic, and the file's ``mode`` and ``mtime_ns``; after an undo, ``undo``: done, exists,
+missing, changed, not-done or failed, with an ``undo_reason``), ``skipped`` (files the plan leaves out, with a
+``reason``), then ``applied``, ``removed`` and ``excluded`` (the index's changes), ``index_updated`` and
+``undone`` as they happen.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+from datetime import datetime
+from pathlib import Path
+
+from retrieval.app.safe_files import move_file, trash_entry
+from retrieval.core.persistence import fsync_dir, write_json_atomic
+from retrieval.features.store import file_hash
+
+PLAN_FORMAT = "retrieval-duplicates-plan"
+PLAN_VERSION = 1
+ACTIONS = ("move", "trash", "link")
+KINDS = ("exact", "near", "scene")
+LINK_ONLY_EXACT = ("--action link replaces a file by a hard link to its keeper: only for exact copies "
+                   "(--kinds exact)")
+SCENE_NEEDS_GROUPS = ("scene groups are photos of the same scene, not copies: they are acted on only when named "
+                      "(--groups with their numbers)")
+_WHAT = {"exact": "exact copy of", "near": "near duplicate of", "scene": "same scene as"}
+_NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _abs(path) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+# ---------------------------------------------------------------------------------------------------- plan
+def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, groups_named=None, index_path=None,
+                 roots=None) -> dict:
+    """The plan of ``action`` on duplicate groups (module docstring); reads the files, changes nothing.
+
+    Parameters
+    ----------
+    groups : list of dict — ``{"group", "kind", "keeper", "images": [{"id", "path", ...}, ...]}`` (the keeper
+        defaults to the first image)
+    action : {"move", "trash", "link"}
+    kinds : kinds of groups acted on (``exact``, ``near``, ``scene``); ``link`` takes only ``exact``
+    to : folder the files are moved to (``move`` only): ``to/<path relative to its index root>``, or
+        ``to/<absolute path without its leading slash>`` for a file under no root (or whose relative place is
+        taken by another file of the plan)
+    groups_named : group numbers the user named, or None; when given only those groups are acted on, and a
+        ``scene`` group never is unless named
+    index_path : the index folder, stored in the plan (None: filled by :func:`apply_plan`)
+    roots : folders the index follows (:attr:`Index.roots <retrieval.app.index.Index.roots>`), for ``dest``
+
+    Raises
+    ------
+    ValueError (one line) for an unknown action or kind, ``move`` without ``to``, ``link`` with other kinds
+    than ``exact``, or ``scene`` in ``kinds`` without ``groups_named``.
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}.")
+    kinds = tuple(kinds)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown kind(s) {', '.join(map(repr, unknown)) or 'none given'}; kinds are "
+                         f"{', '.join(KINDS)}.")
+    if "scene" in kinds and not groups_named:
+        raise ValueError(SCENE_NEEDS_GROUPS + ".")
+    if action == "link" and set(kinds) != {"exact"}:
+        raise ValueError(LINK_ONLY_EXACT + ".")
+    if action == "move" and not to:
+        raise ValueError("--action move needs --to DIR (the folder the duplicates are moved to).")
+    named = None if groups_named is None else {int(g) for g in groups_named}
+    to = _abs(to) if action == "move" else None
+    roots = [_abs(r) for r in roots or ()]
+    groups = [g for g in groups if g["kind"] in kinds and (named is None or int(g["group"]) in named)]
+    keepers = {_abs(g.get("keeper") or g["images"][0]["path"]) for g in groups}
+    steps, skipped, seen, dests = [], [], set(), set()
+    for g in groups:
+        keeper = _abs(g.get("keeper") or g["images"][0]["path"])
+        keeper_sha = None
+        for im in g["images"]:
+            path = _abs(im["path"])
+            if path in keepers or path in seen:
+                continue
+            seen.add(path)
+            base = {"group": int(g["group"]), "kind": g["kind"], "path": path, "keeper": keeper}
+            try:
+                size, sha = os.stat(path).st_size, file_hash(path)
+                keeper_sha = keeper_sha or file_hash(keeper)
+            except OSError as exc:
+                skipped.append({**base, "reason": f"cannot read {exc.filename}: {exc.strerror}"})
+                continue
+            if action == "link" and sha != keeper_sha:
+                skipped.append({**base, "reason": "same pixels as its keeper but other bytes (metadata): a link "
+                                                  "would change this file's content"})
+                continue
+            if action == "link" and os.path.samefile(path, keeper):
+                skipped.append({**base, "reason": "already a link to its keeper"})
+                continue
+            step = {**base, "keeper_sha": keeper_sha, "size": size, "sha": sha, "status": "planned"}
+            if action == "move":
+                step["dest"] = _dest(path, to, roots, dests)
+                if step["dest"] == path:
+                    skipped.append({**base, "reason": f"already in {to}"})
+                    continue
+            steps.append(step)
+    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "action": action, "created": _now(),
+            "index": None if index_path is None else str(Path(index_path).resolve()), "to": to,
+            "kinds": list(kinds), "groups_named": None if named is None else sorted(named),
+            "steps": steps, "skipped": skipped}
+
+
+def _dest(path: str, to: str, roots: list[str], used: set) -> str:
+    """Where a move puts ``path`` (:func:`plan_actions`, ``to``); each destination is used once."""
+    under = [r for r in roots if path.startswith(r.rstrip("/") + "/")]
+    dest = os.path.join(to, os.path.relpath(path, min(under, key=len)) if under else path.lstrip("/"))
+    if dest in used:
+        dest = os.path.join(to, path.lstrip("/"))
+    used.add(dest)
+    return dest
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def dry_run_text(plan: dict) -> list[str]:
+    """One line per step (``move  /a/b.jpg -> DIR/b.jpg  (exact copy of /a/keep.jpg, 2.1 MB)``), then one per
+    file the plan skips (``skip  /a/c.jpg  (reason)``)."""
+    action, lines = plan["action"], []
+    for s in plan["steps"]:
+        target = f" -> {s['dest']}" if action == "move" else f" -> {s['keeper']}" if action == "link" else ""
+        lines.append(f"{action:<5} {s['path']}{target}  ({_WHAT.get(s['kind'], s['kind'])} {s['keeper']}, "
+                     f"{_size_text(int(s['size']))})")
+    lines += [f"skip  {s['path']}  ({s['reason']})" for s in plan.get("skipped", [])]
+    return lines
+
+
+def load_plan(plan_path) -> dict:
+    """The plan stored in ``plan_path``; ValueError (one line naming the file) when it is not one."""
+    try:
+        plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{plan_path}: cannot read the plan file ({exc.strerror}).") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"{plan_path}: not a duplicates plan file (not JSON).") from None
+    _check_plan(plan, plan_path)
+    return plan
+
+
+def _check_plan(plan, plan_path) -> None:
+    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+        raise ValueError(f"{plan_path}: not a duplicates plan file (format {PLAN_FORMAT!r} expected).")
+    if plan.get("version") != PLAN_VERSION:
+        raise ValueError(f"{plan_path}: duplicates plan version {plan.get('version')!r}; this library reads "
+                         f"version {PLAN_VERSION}.")
+    if plan.get("action") not in ACTIONS or not isinstance(plan.get("steps"), list):
+        raise ValueError(f"{plan_path}: damaged duplicates plan file (action or steps missing).")
+
+
+# ---------------------------------------------------------------------------------------------------- files
+def _trash(step: dict, record) -> None:
+    """Move ``step["path"]`` to the trash: its ``.trashinfo`` first (:func:`trash_entry`), recorded in the plan,
+    then the file."""
+    step["trash_file"], step["trash_info"] = trash_entry(step["path"])
+    record()
+    try:
+        move_file(step["path"], step["trash_file"], step["sha"])
+    except BaseException:
+        os.unlink(step["trash_info"])
+        raise
+
+
+def _link(step: dict, record) -> str:
+    """Replace ``step["path"]`` by a link to its keeper, made at a temporary name then renamed over it; the status."""
+    path, keeper = step["path"], step["keeper"]
+    st = os.stat(path)
+    step.update(mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
+                tmp=os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.link.tmp"))
+    record()
+    if os.path.lexists(step["tmp"]):
+        os.unlink(step["tmp"])
+    try:
+        os.link(keeper, step["tmp"])
+        step["link"] = "hard"
+    except OSError as exc:
+        if exc.errno not in _NO_HARD_LINK:
+            raise
+        os.symlink(keeper, step["tmp"])
+        step["link"] = "symbolic"
+    if file_hash(path) != step["sha"] or file_hash(step["tmp"]) != step["sha"]:   # the last check before replacing
+        os.unlink(step["tmp"])
+        step["reason"] = "changed since the plan: left as it is"
+        return "changed"
+    os.replace(step["tmp"], path)
+    fsync_dir(os.path.dirname(path))
+    return "done"
+
+
+# ---------------------------------------------------------------------------------------------------- apply
+def _check(step: dict, keeper_shas: dict) -> tuple[str, str] | None:
+    """(status, reason) when the step must be left alone (its file or its keeper changed since the plan), else
+    None; ``keeper_shas`` caches the keepers' hashes of this run."""
+    if not os.path.isfile(step["path"]):
+        return "missing", "the file is gone"
+    if file_hash(step["path"]) != step["sha"]:
+        return "changed", "changed since the plan: left as it is"
+    keeper = step["keeper"]
+    if keeper not in keeper_shas:
+        keeper_shas[keeper] = file_hash(keeper) if os.path.isfile(keeper) else None
+    if keeper_shas[keeper] != step["keeper_sha"]:
+        return "changed", f"its keeper {keeper} changed or is gone since the plan: left as it is"
+    return None
+
+
+def apply_plan(idx, plan: dict, *, plan_path) -> dict:
+    """Carry out ``plan`` (module docstring) on the files and the index ``idx``, recording it in ``plan_path``.
+
+    Returns ``{"done", "skipped", "failed", "bytes_freed", "plan"}``: steps done, steps left alone (``changed``,
+    ``missing``, ``exists``) plus the files the plan skipped, steps that failed, bytes of the files taken out of
+    the collection, the plan file. ValueError (one line) for a plan applied already or made for another index.
+    """
+    _check_plan(plan, plan_path)
+    if plan.get("applied"):
+        raise ValueError(f"{plan_path}: this plan was applied on {plan['applied']}; undo it or make a new plan.")
+    here = str(Path(idx.path).resolve())
+    if plan.get("index") and plan["index"] != here:
+        raise ValueError(f"{plan_path}: the plan was made for the index {plan['index']}, not {here}.")
+    plan.update(index=here, applied=_now())
+
+    def record():
+        write_json_atomic(plan_path, plan)
+
+    record()   # before any file is touched
+    action, keeper_shas = plan["action"], {}
+    for step in plan["steps"]:
+        if step["status"] != "planned":
+            continue
+        try:
+            left = _check(step, keeper_shas)
+            if left is not None:
+                step["status"], step["reason"] = left
+                continue
+            step["status"] = "started"
+            if action == "move":
+                record()
+                move_file(step["path"], step["dest"], step["sha"])
+            elif action == "trash":
+                _trash(step, record)
+            else:
+                step["status"] = _link(step, record)
+                continue
+            step["status"] = "done"
+        except FileExistsError as exc:
+            step["status"], step["reason"] = "exists", f"{exc.filename} exists: not overwritten"
+        except OSError as exc:
+            step["status"], step["reason"] = "failed", f"{exc.filename or step['path']}: {exc.strerror or exc}"
+        finally:
+            record()
+    if action != "link":
+        _leave_index(idx, plan)
+    plan["index_updated"] = _now()
+    record()
+    counts = {s: sum(st["status"] == s for st in plan["steps"]) for s in ("done", "failed")}
+    return {"done": counts["done"], "skipped": len(plan["steps"]) - counts["done"] - counts["failed"]
+            + len(plan.get("skipped", [])), "failed": counts["failed"],
+            "bytes_freed": sum(int(s["size"]) for s in plan["steps"] if s["status"] == "done"), "plan": str(plan_path)}
+
+
+def _inside(path: str, roots) -> bool:
+    return any(path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _leave_index(idx, plan: dict) -> None:
+    """Moved and trashed files leave the index (and its later syncs); their new places in followed folders too."""
+    done = [s for s in plan["steps"] if s["status"] == "done"]
+    indexed = [s["path"] for s in done if idx.catalog.row_by_path(s["path"]) is not None]
+    if indexed:
+        idx.remove(indexed)
+    plan["removed"] = indexed
+    roots = idx.roots
+    places = [s.get("dest") or s.get("trash_file") for s in done]
+    inside = [p for p in places if p and _inside(p, roots)]
+    if inside:
+        idx.exclude(inside)
+    plan["excluded"] = inside
+
+
+# ---------------------------------------------------------------------------------------------------- undo
+def _prune(folder: str, top: str | None) -> None:
+    """Remove the empty folders from ``folder`` up to (not including) ``top``."""
+    while top and _inside(folder, [top]):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        folder = os.path.dirname(folder)
+
+
+def _undo_step(action: str, step: dict, to: str | None) -> tuple[str, str | None]:
+    """Reverse one step (done or started); (undo status, reason)."""
+    path = step["path"]
+    if action == "link":
+        tmp = step.get("tmp")
+        if tmp and os.path.lexists(tmp):
+            os.unlink(tmp)   # a link made by an interrupted step, never renamed over the file
+        if not os.path.lexists(path):
+            return "missing", "the file is gone"
+        keeper = step["keeper"]
+        if not (os.path.islink(path) or (os.path.exists(keeper) and os.path.samefile(path, keeper))):
+            return ("changed", "no longer a link to its keeper: left as it is") if step["status"] == "done" else (
+                "not-done", "the step had not replaced the file")
+        copy = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.copy.tmp")
+        try:
+            shutil.copyfile(path, copy)
+            with open(copy, "rb+") as fh:
+                os.fsync(fh.fileno())
+            if file_hash(copy) != step["sha"]:
+                return "changed", "its keeper changed since: the link is left"
+            os.chmod(copy, step.get("mode", 0o644))
+            if "mtime_ns" in step:
+                os.utime(copy, ns=(step["mtime_ns"], step["mtime_ns"]))
+            os.replace(copy, path)
+        finally:
+            if os.path.lexists(copy):
+                os.unlink(copy)
+        fsync_dir(os.path.dirname(path))
+        return "done", None
+    place = step.get("dest") if action == "move" else step.get("trash_file")
+    if not place or not os.path.lexists(place):
+        if action == "trash" and step.get("trash_info") and os.path.lexists(path):
+            Path(step["trash_info"]).unlink(missing_ok=True)   # interrupted before the file was moved
+        return ("missing", f"{place} is gone") if step["status"] == "done" else ("not-done", "never moved")
+    if os.path.lexists(path):
+        return "exists", f"{path} exists: not overwritten"
+    move_file(place, path)
+    if action == "trash":
+        Path(step["trash_info"]).unlink(missing_ok=True)
+    else:
+        _prune(os.path.dirname(place), to)
+    return "done", None
+
+
+def undo_plan(idx, plan_path) -> dict:
+    """Reverse the steps of an applied plan (done, or started by an interrupted run), newest first: moved and
+    trashed files go back (never over a file now at their place), links become independent copies of the keeper's
+    bytes; then the index takes the files back (:meth:`Index.include <retrieval.app.index.Index.include>`, their
+    moved places no longer excluded, :meth:`Index.add <retrieval.app.index.Index.add>`).
+
+    Returns ``{"restored", "skipped", "failed", "plan"}``. ValueError (one line) for a file that is not a plan, or
+    a plan undone already.
+    """
+    plan = load_plan(plan_path)
+    if plan.get("undone"):
+        raise ValueError(f"{plan_path}: this plan was undone on {plan['undone']}.")
+    action, restored = plan["action"], []
+    for step in reversed(plan["steps"]):
+        if step["status"] not in ("done", "started"):
+            continue
+        try:
+            step["undo"], reason = _undo_step(action, step, plan.get("to"))
+        except OSError as exc:
+            step["undo"], reason = "failed", f"{exc.filename or step['path']}: {exc.strerror or exc}"
+        if reason:
+            step["undo_reason"] = reason
+        if step["undo"] == "done":
+            restored.append(step["path"])
+        write_json_atomic(plan_path, plan)
+    if action != "link":
+        undone = [s for s in plan["steps"] if s.get("undo") == "done"]
+        back = [s["path"] for s in undone]
+        places = {s.get("dest") or s.get("trash_file") for s in undone}
+        idx.include(back + [p for p in plan.get("excluded") or [] if p in places])
+        removed = set(plan.get("removed") or [])
+        again = [p for p in back if p in removed]
+        if again:
+            idx.add(again)
+    plan["undone"] = _now()
+    write_json_atomic(plan_path, plan)
+    undo = [s.get("undo") for s in plan["steps"] if s["status"] in ("done", "started")]
+    return {"restored": len(restored), "failed": undo.count("failed"),
+            "skipped": len(undo) - len(restored) - undo.count("failed"), "plan": str(plan_path)}
