@@ -1,235 +1,382 @@
-"""Duplicate and same-scene photos of an index (``retrieval duplicates``, ``retrieval query --exclude-duplicates``).
+"""Duplicates of an index, in three kinds that never mix (``retrieval duplicates``, ``--against``,
+``retrieval query --exclude-duplicates``).
 
-Everything comes from what the index already holds:
+- **exact**: the same bytes (the catalog's content hash), or the same decoded pixels (a lossless re-encoding);
+- **near**: the same photograph, edited: resized, re-encoded, cropped, turned by a quarter turn, lightly
+  retouched. A verified pair whose inliers show one frame as a similarity of the other with the same interest
+  points (:func:`retrieval.app.near_duplicates.same_photograph`);
+- **scene**: the same object or place photographed again: a verified pair (at least ``min_inliers`` one-to-one
+  inliers) that is not the same photograph.
 
-1. **exact** copies: indexed files with the same content hash (the catalog's ``hash``);
-2. candidate pairs: each distinct image queried against the index by its global code (``Index.search`` without
-   re-ranking); its ``candidates`` nearest images (with ``similarity >= threshold`` when a threshold is given)
-   are candidates;
-3. every candidate pair is checked by the index's one verifier (:class:`retrieval.rerank.verifier.Verifier`: the
-   ratio test and descriptor space of its searches, stored features): a pair is reported only when the
-   verification vouches for it. A verified pair is a **near** duplicate when its transform maps the frame of one
-   photo onto the frame of the other (a resized, re-encoded or lightly edited copy: :func:`maps_frame_onto_frame`;
-   ``DEFAULT_MIN_INLIERS`` inliers), else the **scene**
-   kind (the same scene or object, photographed again, cropped or rotated; ``DUPLICATE_MIN_INLIERS`` inliers);
-4. pairs are joined into groups (connected components); a group's kind is its loosest pair's.
+How (each step bounded by what it costs):
+
+1. exact copies by content hash, from the catalog;
+2. candidates by one compact global code per photo (:mod:`retrieval.app.duplicate_codes`), compared all against
+   all in blocks, each photo also turned by 90 and 180 degrees: the ``candidates`` most similar photos with at
+   least ``threshold`` similarity;
+3. each candidate pair verified by the index's verifier (ratio test and descriptor space of its searches): first a
+   cheap check on the :data:`CHEAP_FEATURES` largest features of each photo, which settles most copies, then the
+   full features; a near pair of equal sizes is compared pixel by pixel (exact when equal);
+4. groups: exact copies first (one group per set of equal files), near duplicates between the keepers of exact
+   groups, same-scene groups between the keepers of near groups. Each group has a suggested keeper
+   (:mod:`retrieval.app.photo_facts`: largest resolution, then original format, then oldest; ``keeper_rule``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import hashlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from retrieval.rerank.verifier import Described, Outcome
-
-NEAR_CENTRE_TOLERANCE = 0.05
-"""A verified pair is a near duplicate when the centre of one photo maps within this fraction of the other
-photo's diagonal from its centre (and the local map is a plain resize: :data:`NEAR_LINEAR_TOLERANCE`)."""
-
-NEAR_LINEAR_TOLERANCE = 0.2
-"""Relative difference allowed between the transform's local linear map at the centre and the plain resize
-(a crop changes the scale by its margins, a rotation adds off-diagonal terms: both are beyond it from about 20 %
-of the size or 12 degrees)."""
-
-DUPLICATE_MIN_INLIERS = 12
-"""One-to-one inliers a same-scene pair needs: stricter than the query re-ranking's ``DEFAULT_MIN_INLIERS`` (9),
-since one false pair joins two groups. 12 is the smallest threshold with at most 1 false verification in 20,000
-unrelated real pairs (0.005 %, docs/results.md, "Geometric verification"). A near-duplicate pair (the transform
-maps frame onto frame, a much stronger constraint than a few consistent matches) needs ``DEFAULT_MIN_INLIERS``."""
+from retrieval.app.near_duplicates import NearEvidence, same_photograph, turned
+from retrieval.app.photo_facts import KEEPER_RULE, choose_keeper, keeper_reason, photo_facts
 
 DEFAULT_CANDIDATES = 10
-"""Nearest images (global code) checked by verification for each photo."""
+"""Most similar photos (global code) checked for each photo."""
 
-KIND_ORDER = {"exact": 0, "near": 1, "scene": 2}
+DEFAULT_THRESHOLD = 0.4
+"""Least global similarity (codes centred on the collection's mean) of a candidate pair checked for the same scene
+by full verification; below it a candidate among the ``candidates`` most similar is only checked for being the same
+photograph (the cheap check). docs/results.md "Duplicates"."""
+
+DUPLICATE_MIN_INLIERS = 12
+"""One-to-one inliers a same-scene pair needs: stricter than the query re-ranking's (9), since one false pair joins
+two groups; 12 is the smallest with at most 1 false verification in 20,000 unrelated real pairs (docs/results.md,
+"Geometric verification"). A near pair needs the preset's own threshold and the same-photograph evidence."""
+
+CHEAP_FEATURES = 300
+"""Features (the largest) of each photo in the cheap check that settles most copies before full verification."""
+
+ALL_TURNS = (0, 1, 2, 3)
+"""Quarter turns of a new photo compared with the indexed photos (``--against``: one side only, so all four)."""
+
+KINDS = ("exact", "near", "scene")
+KIND_ORDER = {k: i for i, k in enumerate(KINDS)}
+
+
+def pixel_digest(path) -> str | None:
+    """Digest of the decoded pixels of an image file (RGB, with its size, after EXIF orientation): equal for byte
+    copies and lossless re-encodings; None when the file cannot be decoded."""
+    from PIL import Image, ImageOps
+
+    from retrieval.features.image import ImageReadError, register_image_plugins
+
+    try:
+        register_image_plugins(path)
+        with Image.open(path) as im:
+            rgb = ImageOps.exif_transpose(im).convert("RGB")
+            return hashlib.blake2b(repr(rgb.size).encode() + rgb.tobytes(), digest_size=16).hexdigest()
+    except (OSError, ValueError, ImageReadError, Image.DecompressionBombError):
+        return None
 
 
 @dataclass
 class DuplicatePair:
-    """Two indexed images (ids ``a < b``) and why they are reported."""
+    """Two photos (ids ``a < b``, or a new photo ``a = -1``) and why they are reported: ``kind``, the global
+    ``similarity`` of the candidate, the verified ``inliers``, the quarter ``turn`` of ``a`` that matched, the
+    same-photograph ``evidence``, and the matched ``regions`` (bounding boxes of the inliers in each photo)."""
 
     a: int
     b: int
-    kind: str                       # exact, near or scene
-    similarity: float | None = None  # global similarity of the candidate (None for exact copies)
-    inliers: int | None = None       # one-to-one verified inliers (None for exact copies)
+    kind: str
+    similarity: float | None = None
+    inliers: int | None = None
+    turn: int = 0
+    evidence: NearEvidence | None = None
+    regions: tuple | None = None
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "kind": self.kind,
                 "similarity": None if self.similarity is None else round(float(self.similarity), 6),
-                "inliers": self.inliers}
+                "inliers": self.inliers, "turn": 90 * self.turn,
+                "evidence": None if self.evidence is None else self.evidence.to_json(),
+                "regions": None if self.regions is None else [[round(float(v), 1) for v in r] for r in self.regions]}
 
 
 @dataclass
 class DuplicateGroup:
-    """Images joined by reported pairs; ``kind`` is the loosest kind among its pairs."""
+    """Photos of one kind joined by reported pairs, with the suggested ``keeper`` (an id) and why."""
 
     group: int
     kind: str
     images: list[dict]
+    keeper: int
+    keeper_reason: str
     pairs: list[DuplicatePair] = field(default_factory=list)
 
+    @property
+    def keeper_path(self) -> str:
+        return next(im["path"] for im in self.images if im["id"] == self.keeper)
+
     def to_json(self) -> dict:
-        return {"group": self.group, "kind": self.kind, "images": self.images,
+        return {"group": self.group, "kind": self.kind, "keeper": self.keeper, "keeper_path": self.keeper_path,
+                "keeper_reason": self.keeper_reason, "images": self.images,
                 "pairs": [p.to_json() for p in self.pairs]}
 
 
+def _largest(features, n: int):
+    """The ``n`` largest-scale features (all when there are fewer)."""
+    if len(features) <= n:
+        return features
+    f = np.asarray(features.frames, np.float64)
+    scale = np.abs(f[:, 2] * f[:, 5] - f[:, 3] * f[:, 4])
+    keep = np.sort(np.argpartition(-scale, n - 1)[:n])
+    return type(features)(frames=features.frames[keep], descriptors=features.descriptors[keep],
+                          image_size=features.image_size, config=features.config)
+
+
+def _regions(fa, fb, outcome) -> tuple | None:
+    ip = outcome.inlier_pairs
+    if len(ip) == 0:
+        return None
+    pa, pb = np.asarray(fa.frames)[ip[:, 0], :2], np.asarray(fb.frames)[ip[:, 1], :2]
+    return (tuple(np.r_[pa.min(0), pa.max(0)]), tuple(np.r_[pb.min(0), pb.max(0)]))
+
+
 class PairVerifier:
-    """Geometric verification of indexed images by the index's one verifier (:attr:`Searcher.verifier
-    <retrieval.app.searcher.Searcher.verifier>`: its ratio test, its descriptor space, the stored features and the
-    searcher's cache of described images); the decision threshold is ``min(min_inliers, the index's)`` for a near
-    duplicate, ``min_inliers`` for a same-scene pair (:func:`classify`)."""
+    """The verdict on a pair of photos (module docstring, step 3), with the index's one verifier
+    (:attr:`Searcher.verifier <retrieval.app.searcher.Searcher.verifier>`). Settings are fixed; what varies per
+    pair is an argument; the described features are kept in a bounded cache of this finder (``cache_mb``)."""
 
-    def __init__(self, searcher, *, min_inliers: int = DUPLICATE_MIN_INLIERS):
+    def __init__(self, searcher, *, min_inliers: int = DUPLICATE_MIN_INLIERS, cache_mb: float = 256):
+        from retrieval.core.cache import BytesLRU
+
         self.searcher = searcher
-        base = searcher.verifier
-        self.verifier = replace(base, min_inliers=min(min_inliers, base.min_inliers))
-        self.min_inliers = min_inliers
+        self.verifier = searcher.verifier
+        self.min_inliers = int(min_inliers)
+        self.cache = BytesLRU(int(cache_mb * 2**20))
 
-    def described(self, image_id: int) -> Described:
-        """The described features of an indexed image (the searcher's cache)."""
-        return self.verifier.database(image_id, self.searcher.features_of, self.searcher.cache)
+    def features(self, image_id: int):
+        return self.searcher.features_of(int(image_id))
 
-    def check(self, a, b: int, described_a: Described | None = None):
-        """``(kind or None, inliers)`` of indexed image ``a`` (or its ``described_a``, e.g. a query file's) against
-        indexed image ``b``: ``near`` / ``scene`` when the pair verifies, None otherwise."""
-        da = described_a if described_a is not None else self.described(a)
-        db = self.described(b)
-        w, h = da.image_size
-        return classify(self.verifier.check(da, db, (0.0, 0.0, float(w - 1), float(h - 1))), da.image_size,
-                        db.image_size, self.min_inliers)
+    def _side(self, key, features, turn: int, cheap: bool):
+        """``(features, described)`` of one side: turned, reduced to the largest for the cheap check; cached under
+        ``key`` (None: not cached)."""
+        from retrieval.core.cache import cached
+
+        def make():
+            f = turned(features, turn) if turn else features
+            f = _largest(f, CHEAP_FEATURES) if cheap else f
+            return f, self.verifier.described(f)
+
+        if key is None:
+            return make()
+        return cached(self.cache, (key, turn, cheap), make, lambda v: v[1].nbytes + v[0].frames.nbytes)
+
+    def _check(self, a, b):
+        (fa, da), (_, db) = a, b
+        whole = (0.0, 0.0, float(fa.image_size[0] - 1), float(fa.image_size[1] - 1))
+        return self.verifier.check(da, db, whole)
+
+    def check_features(self, fa, fb, turn: int = 0, full: bool = True, keys=(None, None)):
+        """``(kind or None, inliers, evidence, regions)`` of photo features ``fa`` turned by ``turn`` quarter turns
+        against ``fb``: near, scene, or None (not verified); without ``full``, only the cheap check (near or
+        None) unless a photo has at most :data:`CHEAP_FEATURES` features. ``keys``: cache keys of the two sides."""
+        ka, kb = keys
+        if len(fa) > CHEAP_FEATURES and len(fb) > CHEAP_FEATURES:
+            sa, sb = self._side(ka, fa, turn, True), self._side(kb, fb, 0, True)
+            o = self._check(sa, sb)
+            if o.verified:
+                ev = same_photograph(sa[0], sb[0], o.inlier_pairs)
+                if ev.near:
+                    return "near", int(o.inliers), ev, _regions(sa[0], sb[0], o)
+            if not full:
+                return None, int(o.inliers), None, None
+        sa, sb = self._side(ka, fa, turn, False), self._side(kb, fb, 0, False)
+        o = self._check(sa, sb)
+        if not o.verified:
+            return None, int(o.inliers), None, None
+        ev = same_photograph(sa[0], sb[0], o.inlier_pairs)
+        if ev.near:
+            return "near", int(o.inliers), ev, _regions(sa[0], sb[0], o)
+        if o.inliers >= self.min_inliers:
+            return "scene", int(o.inliers), ev, _regions(sa[0], sb[0], o)
+        return None, int(o.inliers), ev, None
+
+    def check(self, a: int, b: int, turn: int = 0, features_a=None, full: bool = True):
+        """:meth:`check_features` of indexed photos ``a`` (or ``features_a``, not cached) and ``b``; the upright
+        pair is tried too when the turned one does not verify."""
+        fa = self.features(a) if features_a is None else features_a
+        fb = self.features(b)
+        keys = (None if features_a is not None else int(a), int(b))
+        got = self.check_features(fa, fb, turn, full, keys)
+        if got[0] is None and turn:
+            got = self.check_features(fa, fb, 0, full, keys)
+        return got
 
 
-def classify(outcome: Outcome, size_a, size_b, min_inliers: int = DUPLICATE_MIN_INLIERS):
-    """``(kind or None, inliers)`` of a verified pair: ``near`` when the verifier vouches and the transform maps frame
-    onto frame, ``scene`` when it vouches with at least ``min_inliers`` inliers, else None."""
-    if not outcome.verified:
-        return None, int(outcome.inliers)
-    if maps_frame_onto_frame(outcome.verification.transform, size_a, size_b):
-        return "near", int(outcome.inliers)
-    return ("scene" if outcome.inliers >= min_inliers else None), int(outcome.inliers)
-
-
-def maps_frame_onto_frame(T, size_a, size_b, tolerance: float = NEAR_CENTRE_TOLERANCE,
-                          linear_tolerance: float = NEAR_LINEAR_TOLERANCE) -> bool:
-    """Whether ``T`` (A pixels -> B pixels) maps A's frame onto B's: A's centre lands within ``tolerance`` of B's
-    diagonal from B's centre, and the local linear map there (the Jacobian of ``T``) is the plain resize
-    ``diag(wb / wa, hb / ha)`` within ``linear_tolerance`` (relative Frobenius norm). Read at the centre, where the
-    inliers constrain the model best, rather than at the corners, where a homography fitted on a dozen matches
-    extrapolates."""
-    (wa, ha), (wb, hb) = size_a, size_b
-    T = np.asarray(T, np.float64)
-
-    def at(x, y):
-        p = T @ np.array([x, y, 1.0])
-        return None if abs(p[2]) < 1e-12 else p[:2] / p[2]
-
-    ca, cb = np.array([(wa - 1) / 2, (ha - 1) / 2]), np.array([(wb - 1) / 2, (hb - 1) / 2])
-    p, px, py = at(*ca), at(ca[0] + 1, ca[1]), at(ca[0], ca[1] + 1)
-    if p is None or px is None or py is None:
+def _same_pixels(path_a: str, path_b: str, pair: DuplicatePair, fa, fb) -> bool:
+    """Whether a near pair has the same decoded pixels: only possible when their features are identical (the
+    extraction is deterministic), then confirmed by decoding both."""
+    if pair.turn or len(fa) != len(fb) or tuple(fa.image_size) != tuple(fb.image_size):
         return False
-    J = np.c_[px - p, py - p]
-    S = np.diag([wb / wa, hb / ha])
-    return bool(np.linalg.norm(p - cb) <= tolerance * np.hypot(wb, hb)
-                and np.linalg.norm(J - S) <= linear_tolerance * np.linalg.norm(S))
+    if not (np.array_equal(fa.frames, fb.frames) and np.array_equal(fa.descriptors, fb.descriptors)):
+        return False
+    da = pixel_digest(path_a)
+    return da is not None and da == pixel_digest(path_b)
 
 
-def find_duplicates(idx, *, threshold: float | None = None, candidates: int = DEFAULT_CANDIDATES,
-                    min_inliers: int = DUPLICATE_MIN_INLIERS, progress=None) -> list[DuplicateGroup]:
-    """Groups of exact copies, near duplicates and same-scene photos of an index (module doc).
+VERIFY_CHUNK = 32
+"""Candidate pairs verified side by side between two updates of the known groups."""
+
+
+def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, threshold: float, threads: int = 1,
+                      progress=None, features_a=None) -> list[DuplicatePair]:
+    """The reported pairs among ``candidates`` (``(i, j, similarity, turn)`` positions into ``ids``/``paths``, by
+    decreasing similarity): near (exact when the pixels are equal), scene (only for candidates of similarity
+    ``threshold`` or more); unverified pairs dropped. A pair whose photos are already joined as the same
+    photograph by the pairs reported before it is not checked again (it would change no group); with
+    ``features_a``, the query side is a new photo ``features_a[i]`` and every pair is checked."""
+    from retrieval.core.threads import parallel_map
+
+    joined = _Components()
+
+    def one(c):
+        i, j, sim, turn = c
+        fa = None if features_a is None else features_a[i]
+        kind, inliers, ev, regions = verifier.check(ids[i] if fa is None else -1, ids[j], turn, fa,
+                                                    full=sim >= threshold)
+        if kind is None:
+            return None
+        pair = DuplicatePair(ids[i] if fa is None else -1, ids[j], kind, sim, inliers, turn, ev, regions)
+        if kind == "near":
+            f1 = verifier.features(ids[i]) if fa is None else fa
+            if _same_pixels(paths[i], paths[j], pair, f1, verifier.features(ids[j])):
+                pair.kind = "exact"
+        return pair
+
+    out, done = [], 0
+    candidates = list(candidates)
+    for s in range(0, len(candidates), VERIFY_CHUNK):
+        chunk = [c for c in candidates[s:s + VERIFY_CHUNK]
+                 if features_a is not None or joined.find(c[0]) != joined.find(c[1])]
+        for p, c in zip(parallel_map(one, chunk, threads), chunk, strict=True):
+            if p is not None:
+                out.append(p)
+                if p.kind in ("exact", "near") and features_a is None:
+                    joined.join(c[0], c[1])
+        done = min(s + VERIFY_CHUNK, len(candidates))
+        if progress is not None:
+            progress(done, len(candidates))
+    return out
+
+
+def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: int = DEFAULT_CANDIDATES,
+                    min_inliers: int = DUPLICATE_MIN_INLIERS, keeper_rule=KEEPER_RULE, threads: int = 2,
+                    progress=None) -> list[DuplicateGroup]:
+    """Groups of exact copies, near duplicates and same-scene photos of an index (module docstring).
 
     Parameters
     ----------
     idx : :class:`retrieval.app.index.Index`
-    threshold : float or None
-        Candidates need at least this global similarity (None: the ``candidates`` nearest, whatever their
-        similarity). Exact copies are reported whatever it is.
-    candidates : int
-        Nearest images checked for each photo.
-    min_inliers : int
-        One-to-one inliers a same-scene pair needs (near duplicates: ``min(min_inliers, DEFAULT_MIN_INLIERS)``).
-    progress : callable(done, total) or None
+    threshold : least global similarity of a candidate pair (exact copies by hash whatever it is)
+    candidates : most similar photos checked for each photo
+    min_inliers : one-to-one inliers of a same-scene pair
+    keeper_rule : criteria of the suggested keeper (:func:`retrieval.app.photo_facts.parse_keeper_rule`)
+    threads : pairs verified side by side
+    progress : callable(done, total) or None — called while encoding, then while verifying
 
     Returns
     -------
-    list of :class:`DuplicateGroup`, largest first (then by smallest id); ``images`` of each group ordered by
-    id, each ``{id, path, size, kind}`` (``kind``: the tightest kind among the image's pairs).
+    list of :class:`DuplicateGroup`: exact groups, then near, then scene; in each kind the largest first.
     """
+    from retrieval.app.duplicate_codes import CodeSpace, candidate_pairs, centred
+
     _, rows = idx.catalog.snapshot()
     rows = [r for r in rows if r["status"] == "indexed"]
     by_id = {r["id"]: r for r in rows}
     by_hash: dict = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["id"]):
         by_hash.setdefault(r["hash"], []).append(r["id"])
-    pairs: dict = {}
-    for ids in by_hash.values():
-        for other in ids[1:]:
-            pairs[(ids[0], other)] = DuplicatePair(ids[0], other, "exact")
+    pairs = [DuplicatePair(ids[0], other, "exact") for ids in by_hash.values() for other in ids[1:]]
     reps = sorted(ids[0] for ids in by_hash.values())
-    rep_of = {i: ids[0] for ids in by_hash.values() for i in ids}
-    verifier = PairVerifier(idx.searcher(), min_inliers=min_inliers)
-    checked = set()
-    for n, rep in enumerate(reps):
-        hits = idx.search(rep, k=min(len(rows), candidates + len(by_hash[by_id[rep]["hash"]])), rerank="none",
-                          query_expansion=0)
-        own = None
-        for h in hits:
-            other = rep_of.get(h.id)
-            if other is None or other == rep:
-                continue
-            key = (min(rep, other), max(rep, other))
-            if key in checked:
-                continue
-            if threshold is not None and h.similarity is not None and h.similarity < threshold:
-                continue
-            checked.add(key)
-            own = own or verifier.described(rep)
-            kind, inliers = verifier.check(rep, other, own)
-            if kind is not None:
-                pairs[key] = DuplicatePair(key[0], key[1], kind, h.similarity, inliers)
-        if progress is not None:
-            progress(n + 1, len(reps))
-    return _groups(pairs, by_id, by_hash)
+    searcher = idx.searcher()
+    space = CodeSpace(searcher, idx.path)
+    verifier = PairVerifier(searcher, min_inliers=min_inliers)
+    Q = centred(space.codes(reps, [by_id[i]["hash"] for i in reps], progress=progress))
+    if reps:
+        found = candidate_pairs(Q, np.ascontiguousarray(Q[:, 0]), k=candidates, threshold=-1.0)
+        paths = [by_id[i]["path"] for i in reps]
+        pairs += verify_candidates(verifier, found, reps, paths, threshold=threshold, threads=threads,
+                                   progress=progress)
+    return build_groups(pairs, by_id, keeper_rule)
 
 
-def _groups(pairs: dict, by_id: dict, by_hash: dict) -> list[DuplicateGroup]:
-    parent = {}
+# ---------------------------------------------------------------------------------------------------- groups
+class _Components:
+    def __init__(self):
+        self.parent: dict = {}
 
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
         return x
 
-    for a, b in pairs:
-        ra, rb = find(a), find(b)
+    def join(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
         if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    members: dict = {}
-    for x in list(parent):
-        members.setdefault(find(x), set()).add(x)
-    out = []
-    for root, ids in members.items():
-        ps = sorted((p for k, p in pairs.items() if find(k[0]) == root), key=lambda p: (p.a, p.b))
-        kind = max((p.kind for p in ps), key=KIND_ORDER.__getitem__)
-        tightest = {}
-        for p in ps:
-            for i in (p.a, p.b):
-                if i not in tightest or KIND_ORDER[p.kind] < KIND_ORDER[tightest[i]]:
-                    tightest[i] = p.kind
-        images = [{"id": i, "path": by_id[i]["path"], "size": by_id[i]["size"], "kind": tightest[i]}
-                  for i in sorted(ids)]
-        out.append(DuplicateGroup(0, kind, images, ps))
-    out.sort(key=lambda g: (-len(g.images), g.images[0]["id"]))
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list]:
+        out: dict = {}
+        for x in list(self.parent):
+            out.setdefault(self.find(x), []).append(x)
+        return [sorted(v) for v in out.values() if len(v) > 1]
+
+
+def build_groups(pairs: list[DuplicatePair], by_id: dict, keeper_rule=KEEPER_RULE) -> list[DuplicateGroup]:
+    """Exact groups, near groups over the exact groups' keepers, scene groups over the near groups' keepers
+    (module docstring, step 4), numbered in that order."""
+    facts: dict = {}
+
+    def image(i):
+        if i not in facts:
+            r = by_id[i]
+            f = photo_facts(r["path"])
+            facts[i] = {"id": i, "path": r["path"], "size": r.get("size"), "width": f["width"],
+                        "height": f["height"], "format": f["format"], "date": f["date"] or None,
+                        "camera": f["camera"], "mtime": f["mtime"], "bytes": f["bytes"], "error": f["error"]}
+        return facts[i]
+
+    out: list[DuplicateGroup] = []
+    top = {i: i for i in by_id}          # the keeper standing for a photo in the next kind's groups
+    for kind in KINDS:
+        comp = _Components()
+        mine = []
+        for p in pairs:
+            if p.kind != kind:
+                continue
+            a, b = top[p.a], top[p.b]
+            if a != b:
+                comp.join(a, b)
+                mine.append(p)
+        for members in comp.groups():
+            images = [dict(image(i)) for i in members]
+            fl = [{**im, "bytes": im["bytes"]} for im in images]
+            k = choose_keeper(fl, keeper_rule)
+            keeper = members[k]
+            for im in images:
+                im["keeper"] = im["id"] == keeper
+            member_set = set(members)
+            ps = sorted((p for p in mine if top[p.a] in member_set), key=lambda p: (p.a, p.b))
+            out.append(DuplicateGroup(0, kind, images, keeper, keeper_reason(fl, k, keeper_rule), ps))
+            for i, t in list(top.items()):
+                if t in member_set:
+                    top[i] = keeper
+    out.sort(key=lambda g: (KIND_ORDER[g.kind], -len(g.images), g.images[0]["id"]))
     for n, g in enumerate(out, 1):
         g.group = n
     return out
 
 
 def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
-    """``(kept, dropped)``: ``hits`` without those that are exact copies or near duplicates (module doc) of the
-    query or of a better-ranked kept hit; at most ``k`` kept, ranks renumbered. Same-scene photos are kept."""
+    """``(kept, dropped)``: ``hits`` without those that are exact copies or near duplicates of the query or of a
+    better-ranked kept hit; at most ``k`` kept, ranks renumbered. Same-scene photos are kept."""
+    from dataclasses import replace
+
     from retrieval.features.store import file_hash
 
     q = idx.query(query)
@@ -244,50 +391,81 @@ def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
         except OSError:
             q_hash = None
     verifier = PairVerifier(searcher)
-    described_q = verifier.verifier.described(feats)
     kept, dropped = [], []
     for h in hits:
         r = by_id.get(h.id)
         dup = r is not None and r["hash"] == q_hash
         if not dup and r is not None:
-            dup = verifier.check(None, h.id, described_q)[0] == "near"
+            dup = verifier.check(-1, h.id, features_a=feats)[0] in ("near", "exact")
             for better in kept:
                 if dup:
                     break
                 rb = by_id.get(better.id)
-                dup = rb is not None and (rb["hash"] == r["hash"] or verifier.check(better.id, h.id)[0] == "near")
+                dup = rb is not None and (rb["hash"] == r["hash"]
+                                          or verifier.check(better.id, h.id, full=False)[0] == "near")
         (dropped if dup else kept).append(h)
     kept = [replace(h, rank=i + 1) for i, h in enumerate(kept[:k])]
     return kept, dropped
 
 
-def render_duplicates_html(groups: list[DuplicateGroup], *, title: str = "duplicates", thumb_side: int = 240) -> str:
-    """A self-contained HTML page: one row per group, its photos side by side (thumbnails of
-    :func:`retrieval.app.gallery.thumbnail_data_uri`), each with its id, size and path."""
-    import html
+def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates: int = DEFAULT_CANDIDATES,
+                 min_inliers: int = DUPLICATE_MIN_INLIERS, threads: int = 2, progress=None) -> list[dict]:
+    """For each photo of ``paths`` (not indexed, and not added), the indexed photos it duplicates: exact copies
+    (same bytes or pixels), near duplicates, same scene (module docstring; the same candidates and checks as
+    :func:`find_duplicates`, the new photo's code compared with the index's kept codes).
 
-    from retrieval.app.gallery import _CSS, thumbnail_data_uri
+    Returns
+    -------
+    list of ``{"path", "kind", "matches": [{"id", "path", "kind", "inliers"}], "error"}`` in the order of
+    ``paths``: ``kind`` the tightest among the matches, None when nothing matches (``error``: one line when the file
+    could not be read, else None).
+    """
+    from retrieval.app.duplicate_codes import CodeSpace, candidate_pairs, centred
+    from retrieval.features.store import file_hash
 
-    labels = {"exact": "exact copies", "near": "near duplicates (resized, re-encoded)",
-              "scene": "same scene or object"}
-    parts = []
-    for g in groups:
-        figs = []
-        for im in g.images:
+    _, rows = idx.catalog.snapshot()
+    rows = sorted((r for r in rows if r["status"] == "indexed"), key=lambda r: r["id"])
+    by_hash: dict = {}
+    for r in rows:
+        by_hash.setdefault(r["hash"], []).append(r)
+    reps = [v[0] for v in by_hash.values()]
+    searcher = idx.searcher()
+    space = CodeSpace(searcher, idx.path)
+    verifier = PairVerifier(searcher, min_inliers=min_inliers)
+    C = space.codes([r["id"] for r in reps], [r["hash"] for r in reps])
+    mean = C[:, 0].mean(axis=0) if len(C) else None
+    C = centred(C, mean)[:, 0] if len(C) else C
+    out = []
+    for n, path in enumerate(paths):
+        path = str(path)
+        entry = {"path": path, "kind": None, "matches": [], "error": None}
+        out.append(entry)
+        try:
+            h = file_hash(path)
+        except OSError as exc:
+            entry["error"] = f"{path}: cannot be read ({exc.strerror or exc})"
+            continue
+        matches: dict = {}
+        for r in by_hash.get(h, []):
+            matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": "exact", "inliers": None}
+        if not matches and len(C):
             try:
-                uri, _ = thumbnail_data_uri(im["path"], thumb_side)
-            except OSError:
-                uri = "data:image/gif;base64,R0lGODlhAQABAAAAACw="
-            figs.append(f'<figure class="result"><div class="frame"><img class="thumb" src="{uri}" '
-                        f'alt="{html.escape(im["path"].rsplit("/", 1)[-1])}"></div><figcaption>'
-                        f'<span class="rank">id {im["id"]}</span> &middot; {im["size"]} bytes<br>'
-                        f'{html.escape(im["path"])}</figcaption></figure>')
-        inl = [p.inliers for p in g.pairs if p.inliers is not None]
-        extra = f" &middot; {min(inl)}-{max(inl)} verified inliers" if inl else ""
-        parts.append(f'<section class="group" data-kind="{g.kind}"><h2>group {g.group}: {len(g.images)} photos, '
-                     f'{labels[g.kind]}{extra}</h2><div class="grid">{"".join(figs)}</div></section>')
-    n_photos = sum(len(g.images) for g in groups)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS} h2{{font-size:1em;margin:1.2em 0 .4em}}</style>"
-            f"</head>\n<body data-groups=\"{len(groups)}\"><h1>{html.escape(title)}</h1>"
-            f"<p class=\"meta\">{len(groups)} groups, {n_photos} photos</p>{''.join(parts)}</body></html>\n")
+                f = idx.extractor(path)
+            except (OSError, ValueError) as exc:
+                entry["error"] = str(exc).splitlines()[0] if str(exc) else f"{path}: unreadable image"
+                continue
+            q = centred(space.turned_codes(f, ALL_TURNS)[None], mean)
+            found = candidate_pairs(q, C, k=candidates, threshold=-1.0, exclude_self=False)
+            ids = [-1] + [r["id"] for r in reps]
+            cand = [(0, j + 1, sim, turn) for _, j, sim, turn in found]
+            paths_ = [path] + [r["path"] for r in reps]
+            for p in verify_candidates(verifier, cand, ids, paths_, threshold=threshold, threads=threads,
+                                       features_a=[f]):
+                for r in by_hash[searcher.rows.get(p.b)["hash"]] if searcher.rows.get(p.b) else []:
+                    matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": p.kind, "inliers": p.inliers}
+        entry["matches"] = sorted(matches.values(), key=lambda m: (KIND_ORDER[m["kind"]], -(m["inliers"] or 10**9),
+                                                                   m["id"]))
+        entry["kind"] = entry["matches"][0]["kind"] if entry["matches"] else None
+        if progress is not None:
+            progress(n + 1, len(paths))
+    return out

@@ -1,4 +1,6 @@
-"""CLI command ``retrieval duplicates``: groups of exact copies, near duplicates and same-scene photos."""
+"""CLI command ``retrieval duplicates``: exact copies, near duplicates and same-scene photos of an index, in groups
+that never mix kinds, with a suggested keeper; safe actions on the extra copies (dry run by default, undoable); and
+``--against NEW_DIR``: which of these new photos does the index already have?"""
 
 from __future__ import annotations
 
@@ -8,70 +10,233 @@ from retrieval.cli.groups import main, quiet_requested
 from retrieval.cli.options import check_output_extension
 from retrieval.cli.output import format_options
 
-GROUP_COLUMNS = ["group", "kind", "id", "size", "path"]
+GROUP_COLUMNS = ["group", "kind", "keeper", "id", "width", "height", "bytes", "format", "date", "camera", "path"]
 """Columns of ``retrieval duplicates --format csv`` (one row per photo)."""
+
+AGAINST_COLUMNS = ["path", "kind", "matches"]
+
+
+def _kinds(text: str) -> tuple:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in kinds if k not in ("exact", "near", "scene")]
+    if bad or not kinds:
+        raise click.BadParameter(f"{text!r}: expected a comma list of exact, near, scene.", param_hint="--kinds")
+    return kinds
+
+
+def _group_numbers(text: str | None) -> set | None:
+    if not text:
+        return None
+    try:
+        return {int(v) for v in text.split(",") if v.strip()}
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected group numbers separated by commas (e.g. 3,7).",
+                                 param_hint="--groups") from None
 
 
 @main.command("duplicates")
 @click.option("--index", "index_dir", default=None, metavar="DIR",
               help="Index folder (default: $RETRIEVAL_INDEX or ./retrieval-index).")
-@click.option("--threshold", type=click.FloatRange(None, None), default=None, metavar="T",
-              help="Minimum global similarity of a candidate pair (default: none; the nearest photos of each "
-                   "photo are candidates). Every pair but exact copies must pass geometric verification.")
+@click.option("--against", "against", default=None, metavar="PATH",
+              help="A folder (or one image) of new photos: for each, the indexed photos it duplicates. Nothing is "
+                   "added to the index.")
+@click.option("--kinds", default=None, metavar="LIST",
+              help="Kinds listed and acted on, comma-separated from exact, near, scene [default: all three listed; "
+                   "actions and --format paths: exact,near].")
+@click.option("--keeper", "keeper_rule", default=None, metavar="RULE",
+              help="Criteria choosing the photo to keep in each group, in order, comma-separated from resolution, "
+                   "smallest, format, oldest, newest, bytes, path, under:DIR [default: resolution,format,oldest,path].")
+@click.option("--action", type=click.Choice(["move", "trash", "link"]), default=None,
+              help="Act on every photo that is not its group's keeper: move (to --to, keeping the folder "
+                   "structure), trash (the desktop trash), link (exact copies become hard links to the keeper). "
+                   "A dry run unless --yes.")
+@click.option("--to", "to_dir", default=None, metavar="DIR", help="Destination folder of --action move.")
+@click.option("--groups", "groups_named", default=None, metavar="N,N",
+              help="Only these group numbers (needed to act on a scene group).")
+@click.option("--yes", is_flag=True, help="Carry out --action (otherwise only print the plan).")
+@click.option("--plan", "plan_path", default=None, metavar="FILE",
+              help="Where --action --yes writes its plan and undo file [default: INDEX/duplicate-plans/].")
+@click.option("--undo", "undo_path", default=None, metavar="PLAN",
+              help="Undo an action from its plan file: files put back, the index given them again.")
+@click.option("--threshold", type=float, default=None, metavar="T",
+              help="Least global similarity for a same-scene check by full verification [default: 0.4]; below it "
+                   "only copies of the same photograph are looked for.")
 @click.option("--candidates", type=click.IntRange(1, None), default=10, show_default=True,
-              help="Nearest photos checked for each photo.")
+              help="Most similar photos checked for each photo.")
 @click.option("--min-inliers", type=click.IntRange(1, None), default=None,
-              help="One-to-one inliers a same-scene pair needs [default: 12; near duplicates need 9; lower finds "
-                   "more pairs and joins unrelated groups more often].")
+              help="One-to-one inliers a same-scene pair needs [default: 12].")
 @click.option("--html", "html_path", default=None, metavar="FILE",
               help="Write the groups side by side as a self-contained HTML page.")
-@format_options(json_help="Same as --format json: a JSON list of {group, kind, images: [{id, path, size, kind}], "
-                          "pairs: [{a, b, kind, similarity, inliers}]}.")
+@format_options(json_help="Same as --format json: a JSON list of {group, kind, keeper, keeper_path, keeper_reason, "
+                          "images: [...], pairs: [...]} (with --against: {path, kind, matches: [{id, path, kind}]}).")
 @click.pass_context
-def duplicates_cmd(ctx, index_dir, threshold, candidates, min_inliers, html_path, out):
-    """Groups of exact copies (same content), near duplicates (resized, re-encoded) and photos of the same scene
-    or object, found from what the index holds: candidates by the global code, confirmed by geometric
-    verification of the stored features.
+def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, groups_named, yes, plan_path,
+                   undo_path, threshold, candidates, min_inliers, html_path, out):
+    """Exact copies (same bytes or pixels), near duplicates (the same photograph resized, re-encoded, cropped,
+    turned or retouched) and photos of the same scene, in groups that never mix kinds, each with a suggested keeper.
 
-    The table lists one photo per line: group, kind (the tightest of its pairs in the group: exact, near or
-    scene), id, size, path; --format csv the same columns;
-    --format paths the paths of each group, groups separated by an empty line (an empty record with -0).
+    The table lists one photo per line (* marks the keeper); --format paths prints the photos that are not their
+    group's keeper in exact and near groups (the extra copies), for xargs. --action acts on them (a dry run until
+    --yes) and writes a plan file that --undo reverses. With --against, one line per new photo: the kind of its
+    best match (or -) and the indexed photos it duplicates; --format paths lists the new photos already present.
     """
-    check_output_extension(html_path, (".html", ".htm"), "--html")
-    from retrieval.app.duplicates import find_duplicates, render_duplicates_html
     from retrieval.app.index import Index
     from retrieval.cli.app import _index_dir
     from retrieval.cli.options import verification_cache_mb
-    from retrieval.core.persistence import atomic_write
+
+    check_output_extension(html_path, (".html", ".htm"), "--html")
+    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
+    if undo_path:
+        _undo(idx, undo_path, ctx)
+        return
+    options = {"candidates": candidates}
+    if threshold is not None:
+        options["threshold"] = threshold
+    if min_inliers is not None:
+        options["min_inliers"] = min_inliers
+    if against:
+        if action:
+            raise click.UsageError("--action applies to the groups of the index, not to --against.")
+        _against(idx, against, options, out, ctx)
+        return
+    from retrieval.app.photo_facts import KEEPER_RULE, parse_keeper_rule
+
+    try:
+        rule = parse_keeper_rule(keeper_rule) if keeper_rule else KEEPER_RULE
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--keeper") from None
+    listed = _kinds(kinds) if kinds else ("exact", "near", "scene")
+    acted = _kinds(kinds) if kinds else ("exact", "near")
+    named = _group_numbers(groups_named)
+    groups = _find(idx, options, rule, ctx)
+    shown = [g for g in groups if g.kind in listed and (named is None or g.group in named)]
+    if action:
+        _act(idx, groups, action, acted, to_dir, named, yes, plan_path, ctx)
+        return
+    _print_groups(shown, acted, out, ctx, idx)
+    if html_path:
+        from retrieval.app.duplicate_html import render_duplicates_html
+        from retrieval.core.persistence import atomic_write
+
+        with atomic_write(html_path, "w") as fh:
+            fh.write(render_duplicates_html(shown, title=f"duplicates in {idx.path}"))
+        click.echo(f"groups written to {html_path}", err=True)
+
+
+def _find(idx, options, rule, ctx):
+    from retrieval.app.duplicates import find_duplicates
     from retrieval.core.progress import callback_for, progress_bar
 
-    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
     n = idx.catalog.count("indexed")
     with progress_bar(n, "comparing", enabled=not quiet_requested(ctx), unit="img") as bar:
-        extra = {} if min_inliers is None else {"min_inliers": min_inliers}
-        groups = find_duplicates(idx, threshold=threshold, candidates=candidates, progress=callback_for(bar),
-                                 **extra)
-    rows = [{"group": g.group, **im} for g in groups for im in g.images]
+        return find_duplicates(idx, keeper_rule=rule, progress=callback_for(bar), **options)
+
+
+def _print_groups(groups, acted, out, ctx, idx) -> None:
+    rows = [{"group": g.group, "kind": g.kind, "keeper": im["keeper"], "id": im["id"], "width": im["width"],
+             "height": im["height"], "bytes": im["bytes"], "format": im["format"], "date": im["date"],
+             "camera": im["camera"], "path": im["path"]} for g in groups for im in g.images]
 
     def table():
-        click.echo("group  kind   id      size  path")
+        click.echo("group  kind   keep    id  resolution      size  format  date                 path")
         for r in rows:
-            click.echo(f"{r['group']:5d}  {r['kind']:5}  {r['id']:>4}  {r['size']:>8}  {r['path']}")
+            res = f"{r['width']}x{r['height']}" if r["width"] else "?"
+            size = f"{(r['bytes'] or 0) / 1e6:.1f} MB"
+            click.echo(f"{r['group']:5d}  {r['kind']:5}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
+                       f"{size:>8}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  {r['path']}")
 
-    paths = []
-    for g in groups:
-        if paths:
-            paths.append("")
-        paths += [im["path"] for im in g.images]
+    extras = [im["path"] for g in groups if g.kind in acted for im in g.images if not im["keeper"]]
     if out.fmt == "jsonl":
         out.lines([g.to_json() for g in groups])
     else:
-        out.records(rows, columns=GROUP_COLUMNS, table=table, paths=paths, document=[g.to_json() for g in groups])
-    counts = {k: sum(p.kind == k for g in groups for p in g.pairs) for k in ("exact", "near", "scene")}
+        out.records(rows, columns=GROUP_COLUMNS, table=table, paths=extras, document=[g.to_json() for g in groups])
     if not quiet_requested(ctx):
-        click.echo(f"{len(groups)} groups of {len(rows)} photos (of {n}); pairs: {counts['exact']} exact, "
-                   f"{counts['near']} near, {counts['scene']} same scene", err=True)
-    if html_path:
-        with atomic_write(html_path, "w") as fh:
-            fh.write(render_duplicates_html(groups, title=f"duplicates in {idx.path}"))
-        click.echo(f"groups written to {html_path}", err=True)
+        counts = {k: sum(g.kind == k for g in groups) for k in ("exact", "near", "scene")}
+        click.echo(f"{len(groups)} groups of {len(rows)} photos (of {idx.catalog.count('indexed')}): "
+                   f"{counts['exact']} exact, {counts['near']} near, {counts['scene']} same scene; "
+                   f"{len(extras)} extra copies ({', '.join(acted)})", err=True)
+
+
+def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None:
+    import time
+    from pathlib import Path
+
+    from retrieval.app.duplicate_actions import apply_plan, dry_run_text, plan_actions
+
+    docs = [g.to_json() for g in groups]
+    for d in docs:
+        d["keeper"] = d["keeper_path"]
+    try:
+        plan = plan_actions(docs, action, kinds=kinds, to=to_dir, groups_named=named, index_path=str(idx.path),
+                            roots=idx.roots)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    for line in dry_run_text(plan):
+        click.echo(line)
+    if not yes:
+        click.echo(f"dry run: {len(plan['steps'])} files would be acted on; nothing changed (add --yes to do it).",
+                   err=True)
+        return
+    if plan_path is None:
+        folder = Path(idx.path) / "duplicate-plans"
+        folder.mkdir(exist_ok=True)
+        plan_path = folder / f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{action}.json"
+    summary = apply_plan(idx, plan, plan_path=str(plan_path))
+    click.echo(f"{summary['done']} files {action}d, {summary['skipped']} skipped, {summary['failed']} failed; "
+               f"{summary['bytes_freed'] / 1e6:.1f} MB freed. Undo: retrieval duplicates --index {idx.path} "
+               f"--undo {plan_path}", err=True)
+    if summary["failed"]:
+        ctx.exit(1)
+
+
+def _undo(idx, plan_path, ctx) -> None:
+    from retrieval.app.duplicate_actions import undo_plan
+
+    try:
+        summary = undo_plan(idx, plan_path)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"{summary['restored']} files restored, {summary['skipped']} skipped, {summary['failed']} failed "
+               f"({plan_path}).", err=True)
+    if summary["failed"]:
+        ctx.exit(1)
+
+
+def _against(idx, against, options, out, ctx) -> None:
+    from pathlib import Path
+
+    from retrieval.app.duplicates import find_against
+    from retrieval.core.progress import callback_for, progress_bar
+    from retrieval.features.image import IMAGE_EXTENSIONS
+
+    p = Path(against)
+    if p.is_dir():
+        paths = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+    elif p.is_file():
+        paths = [str(p)]
+    else:
+        raise click.BadParameter(f"{against}: no such file or folder.", param_hint="--against")
+    with progress_bar(len(paths), "checking", enabled=not quiet_requested(ctx), unit="img") as bar:
+        found = find_against(idx, paths, progress=callback_for(bar), **options)
+    for e in found:
+        if e["error"]:
+            click.echo(f"skipped: {e['error']}", err=True)
+    docs = [{"path": e["path"], "kind": e["kind"],
+             "matches": [{"id": m["id"], "path": m["path"], "kind": m["kind"]} for m in e["matches"]]}
+            for e in found]
+
+    def table():
+        click.echo("kind   matches  path")
+        for d in docs:
+            first = d["matches"][0]["path"] if d["matches"] else ""
+            click.echo(f"{d['kind'] or '-':5}  {len(d['matches']):7d}  {d['path']}" + (f"  ->  {first}" if first else ""))
+
+    present = [d["path"] for d in docs if d["kind"] is not None]
+    if out.fmt == "jsonl":
+        out.lines(docs)
+    else:
+        out.records(docs, columns=AGAINST_COLUMNS, table=table, paths=present, document=docs)
+    if not quiet_requested(ctx):
+        click.echo(f"{len(present)} of {len(docs)} new photos already in the index "
+                   f"({sum(d['kind'] == 'exact' for d in docs)} exact, {sum(d['kind'] == 'near' for d in docs)} "
+                   f"near, {sum(d['kind'] == 'scene' for d in docs)} same scene)", err=True)

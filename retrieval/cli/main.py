@@ -4,6 +4,7 @@ from retrieval.cli import (  # noqa: F401  (register)
     aggregation,
     app,
     bench_cli,
+    bench_duplicates,
     bench_library,
     binary,
     duplicates,

@@ -1,0 +1,194 @@
+"""Candidate pairs of ``retrieval duplicates``: one compact global code per photo, compared all against all.
+
+Every preset uses the same code, so that one calibrated threshold holds for all: the Fisher vector of the
+package's generic ``default`` model (:mod:`retrieval.app.generic_models`: RootSIFT reduced to 64-d, 64 Gaussians,
+power and L2 normalisation, PCA to 256-d; Jegou et al. 2012, eq. 6-7), computed from the stored features. The codes
+are kept in the index folder (``duplicate-codes.npz``: content hash -> codes float16 and image size, written
+atomically), so a run encodes only the photos new since the last one.
+
+Photos turned by a quarter turn: a photo's code is also computed for its features turned by 90 and 180 degrees
+(:func:`retrieval.app.near_duplicates.turned`): a pair turned by 270 degrees is found from its other photo's 90.
+The similarity of a pair is the largest over the turns, and the turn is kept for verification.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.app.near_duplicates import can_turn, turned
+
+logger = logging.getLogger(__name__)
+
+CODES_FILE = "duplicate-codes.npz"
+QUERY_TURNS = (0, 1, 2)
+"""Quarter turns of each photo's code compared with the others' upright codes (0, 90 and 180 degrees)."""
+
+BLOCK_VALUES = 50_000_000
+"""Similarities computed at once (200 MB of float32): the rows of a block are ``BLOCK_VALUES // (turns x n)``."""
+
+
+class CodeSpace:
+    """The codes of one index's photos for candidate search (module docstring).
+
+    Parameters
+    ----------
+    searcher : :class:`retrieval.app.searcher.Searcher`
+    index_path : folder of the index (where the codes are kept)
+    """
+
+    def __init__(self, searcher, index_path):
+        self.searcher = searcher
+        self.index_path = Path(index_path)
+        self.encoder = _generic_encoder()
+        self._lock = threading.Lock()
+
+    def encode(self, features: list) -> np.ndarray:
+        """Unit-norm codes (n, D) float32 of ``features``."""
+        V = np.asarray(self.encoder.encode(features), np.float32)
+        return V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+
+    def turned_codes(self, features, turns=QUERY_TURNS) -> np.ndarray:
+        """Codes (len(turns), D) of one photo's features turned by each of ``turns`` (a photo whose features cannot
+        be turned gets its upright code for every turn)."""
+        ok = can_turn(features)
+        return self.encode([turned(features, k) if ok else features for k in turns])
+
+    def codes(self, ids, hashes, progress=None, sizes: dict | None = None) -> np.ndarray:
+        """Codes (n, len(QUERY_TURNS), D) of indexed photos ``ids`` (content ``hashes``): the kept ones, the others
+        encoded from their stored features and kept. ``sizes``: filled with ``{id: (w, h)}`` of the photos
+        encoded."""
+        ids = [int(i) for i in ids]
+        kept = self._load()
+        missing = [j for j, h in enumerate(hashes) if h not in kept or kept[h][1] is None]
+        for n, j in enumerate(missing):
+            f = self.searcher.features_of(ids[j])
+            kept[hashes[j]] = (self.turned_codes(f).astype(np.float16), tuple(int(v) for v in f.image_size))
+            if progress is not None:
+                progress(n + 1, len(missing))
+        if missing:
+            self._save(kept)
+        if sizes is not None:
+            sizes.update({i: kept[h][1] for i, h in zip(ids, hashes, strict=True)})
+        if not hashes:
+            return np.zeros((0, len(QUERY_TURNS), 1), np.float32)
+        return np.stack([kept[h][0] for h in hashes]).astype(np.float32)
+
+    # --------------------------------------------------------------------------------------- kept codes
+    def _key(self) -> str:
+        from retrieval.app.generic_models import model_key
+
+        return model_key(self.encoder.preset)
+
+    def _load(self) -> dict:
+        path = self.index_path / CODES_FILE
+        if not path.is_file():
+            return {}
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                header = json.loads(bytes(z["header"]).decode("utf-8"))
+                if header.get("model_key") != self._key() or header.get("turns") != list(QUERY_TURNS):
+                    return {}
+                return {str(h): (c, (int(s[0]), int(s[1])))
+                        for h, c, s in zip(z["hashes"], z["codes"], z["sizes"], strict=True)}
+        except (OSError, ValueError, KeyError) as exc:
+            logger.warning("%s: unreadable (%s); the codes are computed again", path, exc)
+            return {}
+
+    def _save(self, kept: dict) -> None:
+        import io
+
+        from retrieval.core.persistence import atomic_write
+
+        hashes = sorted(kept)
+        buf = io.BytesIO()
+        header = json.dumps({"format": "retrieval-duplicate-codes", "version": 1, "model_key": self._key(),
+                             "turns": list(QUERY_TURNS)})
+        np.savez(buf, hashes=np.array(hashes, dtype="U32"),
+                 codes=np.stack([kept[h][0] for h in hashes]).astype(np.float16),
+                 sizes=np.array([kept[h][1] for h in hashes], np.int64).reshape(-1, 2),
+                 header=np.frombuffer(header.encode("utf-8"), np.uint8))
+        with self._lock, atomic_write(self.index_path / CODES_FILE) as fh:
+            fh.write(buf.getvalue())
+
+
+def _generic_encoder():
+    """The global backend of the package's generic ``default`` model (ValueError when set-up did not make it)."""
+    from retrieval.app.generic_models import generic_model
+    from retrieval.engine.pipeline import make_backend
+    from retrieval.engine.presets import load_preset
+
+    preset = load_preset("default")
+    folder = generic_model(preset)
+    if folder is None:
+        raise ValueError("the object presets find duplicates with the package's generic 'default' model, which is "
+                         "missing: run 'make setup' (or 'python scripts/train_generic_models.py').")
+    backend = make_backend(preset)
+    backend.load_model(folder, json.loads((folder / "model.json").read_text("utf-8")))
+    return backend
+
+
+def centred(codes: np.ndarray, mean: np.ndarray | None = None) -> np.ndarray:
+    """Codes (n, T, D) minus ``mean`` (default: the mean of their upright codes), rows unit-normed again: the
+    component every photo shares removed, similarities spread out."""
+    if len(codes) == 0:
+        return codes
+    mu = codes[:, 0].mean(axis=0) if mean is None else mean
+    out = codes - mu
+    return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
+
+
+def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, threshold: float,
+                    exclude_self: bool = True) -> list[tuple[int, int, float, int]]:
+    """Candidate pairs of photos by their codes.
+
+    Parameters
+    ----------
+    query_codes : (n, T, D) — each photo's codes turned by 0, 1, ... T - 1 quarter turns
+    codes : (m, D) — the upright codes compared with (the same photos when ``exclude_self``)
+    k : nearest photos kept for each query photo
+    threshold : the least similarity kept
+
+    Returns
+    -------
+    list of ``(i, j, similarity, turn)``: query photo ``i``, compared photo ``j``, the best similarity over the
+    turns and its turn (quarter turns of ``i``), by decreasing similarity; with ``exclude_self`` each unordered
+    pair once (the turn then expressed for the smaller index, ``(4 - turn) % 4`` when swapped).
+    """
+    n, T, _ = query_codes.shape
+    out: dict = {}
+    C = np.ascontiguousarray(codes.T)
+    block = max(1, BLOCK_VALUES // max(1, T * len(codes)))
+    for s in range(0, n, block):
+        Q = query_codes[s:s + block]
+        S = np.einsum("ntd,dm->ntm", Q, C, optimize=True) if T > 1 else (Q[:, 0] @ C)[:, None]
+        best_turn = S.argmax(axis=1)
+        best = np.take_along_axis(S, best_turn[:, None, :], axis=1)[:, 0]
+        if exclude_self:
+            best[np.arange(len(Q)), np.arange(s, s + len(Q))] = -np.inf
+        kk = min(k, best.shape[1])
+        if kk <= 0:
+            continue
+        top = np.argpartition(-best, kk - 1, axis=1)[:, :kk]
+        for r in range(len(Q)):
+            i = s + r
+            for j in top[r]:
+                sim = float(best[r, j])
+                if not sim >= threshold:
+                    continue
+                turn = int(best_turn[r, j])
+                key = (i, int(j))
+                if exclude_self:
+                    if i == j:
+                        continue
+                    if i > j:
+                        key, turn = (int(j), i), (4 - turn) % 4
+                if key not in out or out[key][0] < sim:
+                    out[key] = (sim, turn)
+    pairs = [(a, b, sim, turn) for (a, b), (sim, turn) in out.items()]
+    pairs.sort(key=lambda p: (-p[2], p[0], p[1]))
+    return pairs
