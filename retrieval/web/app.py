@@ -33,7 +33,7 @@ from retrieval.web.uploads import ApiError
 logger = logging.getLogger(__name__)
 
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "docs.js": "text/javascript; charset=utf-8",
-                "style.css": "text/css; charset=utf-8"}
+                "duplicates.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 """The only static files served (by name from this fixed list, never by a path from the request)."""
 SWAGGER_FILES = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
                  "favicon.png": "image/png"}
@@ -78,6 +78,10 @@ def _validation_message(exc: RequestValidationError) -> str:
     if not errs:
         return "invalid request."
     e = errs[0]
+    if e.get("type") == "json_invalid":
+        return f"the request body is not valid JSON ({(e.get('ctx') or {}).get('error', 'decode error')})."
+    if tuple(e.get("loc", ())) == ("body",) and e.get("type") in ("model_attributes_type", "dict_type"):
+        return "the request body must be a JSON object."
     where = ".".join(str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "form"))
     return f"{where or 'request'}: {e.get('msg', 'invalid value')}."
 
@@ -87,7 +91,7 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
     """The app serving ``service``, guarded by :class:`retrieval.web.guard.Guard`: ``token`` required on every
     request when set; ``host`` the address the server listens on and ``allow_hosts`` the other names it answers to
     (the ``Host`` allow-list)."""
-    from retrieval.web import api, pages
+    from retrieval.web import api, duplicates_api, pages
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -159,5 +163,6 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
                         headers={"Cache-Control": "max-age=86400"})
 
     app.include_router(api.router)
+    app.include_router(duplicates_api.router)
     app.include_router(pages.router)
     return app

@@ -5,7 +5,11 @@
 - ``/query``: pick an indexed photo (``?id=``) or upload one, draw a box with the mouse (drag to draw, drag inside
   to move, "Clear" to remove), search; results with the matched box drawn on each verified hit;
 - ``/match?a=ID&b=ID[&box=x1,y1,x2,y2]``: the side-by-side match view with the inlier correspondences (the query
-  page opens the same view in place for an uploaded query).
+  page opens the same view in place for an uploaded query);
+- ``/duplicates``: the duplicate groups (exact copies, near duplicates, same scene; the keeper marked, the matched
+  region drawn on same-scene photos), the actions on the extra copies (each a dry run shown for confirmation first,
+  then undoable), and "Already have these?" (uploaded photos checked against the index, not added). Drawn by
+  ``static/duplicates.js`` from ``/api/duplicates...`` (the groups may take a while to compute).
 """
 
 from __future__ import annotations
@@ -47,3 +51,9 @@ def match(request: Request, a: int, b: int, box: str | None = None):
     svc = service_of(request)
     parse_box_field(box)
     return render("match.html", title="Match", a=svc.image(a), b=svc.image(b), box=box or "")
+
+
+@router.get("/duplicates", response_class=HTMLResponse)
+def duplicates(request: Request):
+    catalog = service_of(request).local().catalog
+    return render("duplicates.html", title="Duplicates", indexed=catalog.count("indexed"))

@@ -9,6 +9,8 @@
 - Writes (an uploaded image added, an image removed) run one at a time in a writer thread, through the same
   :class:`~retrieval.app.index.Index`, under the index's writer lock (the same lock as ``retrieval index``); the
   next generation is built apart and published at once: searches keep reading the last published one meanwhile.
+- Duplicates (:mod:`retrieval.web.duplicates`): the groups are computed once per generation, one computation at a
+  time; actions on them and their undos are writes (the writer thread).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from retrieval.app.matches import match_record
 from retrieval.engine.presets import preset_config
 from retrieval.features.image import ImageReadError, decode_cost
 from retrieval.web.budget import DecodeBudget, default_budget_mb
+from retrieval.web.duplicates import ServedDuplicates
 from retrieval.web.thumbs import SIDES, SourceUnreadable, ThumbnailCache
 from retrieval.web.uploads import (
     UPLOADS,
@@ -118,6 +121,7 @@ class Service:
         self.index = Index.open(self.path, **index_options)
         if cluster is not None:
             self.index.use_cluster(cluster)
+        self.duplicates = ServedDuplicates(self)   # the duplicate groups, kept per generation
 
     # ------------------------------------------------------------------ decoding within the budget
     def decoding(self, path, what: str, max_side=None):

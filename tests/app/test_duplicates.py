@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 import json
 import shutil
 from pathlib import Path

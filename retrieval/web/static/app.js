@@ -266,4 +266,5 @@ document.addEventListener("DOMContentLoaded", function () {
   var page = document.body.dataset.page;
   if (page === "query") { retrievalQueryPage(); }
   if (page === "match") { retrievalMatchPage(); }
+  if (page === "duplicates") { retrievalDuplicatesPage(); }   // static/duplicates.js, loaded by that page only
 });
