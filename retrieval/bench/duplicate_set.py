@@ -2,7 +2,7 @@
 :mod:`retrieval.app.duplicates`): which pairs of a folder are exact copies, near duplicates (the same photograph
 edited) or photos of the same scene, known by construction.
 
-For each source photo (UKBench and Oxford photos, 480 to 1,024 pixels), edited versions are written next to it:
+For each source photo (the first shot of a UKBench group, 640 x 480), edited versions are written next to it:
 
 - **exact**: a byte copy (under another folder and name);
 - **near**: resized to 25-200 % (Lanczos), re-encoded (JPEG quality 30-95, PNG, WebP), cropped to 60-95 % of the
@@ -28,18 +28,15 @@ EDITS = ("resize", "jpeg", "crop", "rotate", "png", "bright", "webp", "resize", 
 wide)."""
 
 
-def _sources(real: Path, n: int, rng) -> list[tuple[Path, list[Path]]]:
-    """``n`` source photos with the other shots of their group: UKBench groups first (one source each, the other
-    three shots as scene), then Oxford photos (no group)."""
+def _sources(real: Path, n: int) -> list[tuple[Path, list[Path]]]:
+    """``n`` source photos (at most 100): the first shot of each UKBench group, with the group's other three shots
+    (same object, other viewpoints: scene)."""
     spec = json.loads((real / "ukbench400.json").read_text("utf-8"))
     out = []
-    for g in spec["groups"][: (2 * n) // 3]:
+    for g in spec["groups"][:n]:
         shots = [real / p for p in g["images"]]
         out.append((shots[0], shots[1:]))
-    oxford = sorted((real / "oxford133" / "jpg").glob("*.jpg"))
-    for i in rng.permutation(len(oxford))[: n - len(out)]:
-        out.append((oxford[int(i)], []))
-    return out[:n]
+    return out
 
 
 def edit_photo(im, kind: str, rng):
@@ -87,7 +84,7 @@ def make_labelled_set(data_dir, out, *, n_sources: int = 100, variants: int = 4,
     rng = np.random.default_rng(seed)
     files, source, role, edit = [], {}, {}, {}
     deal = 0
-    for s, (photo, shots) in enumerate(_sources(real, n_sources, rng)):
+    for s, (photo, shots) in enumerate(_sources(real, n_sources)):
         key = f"s{s:03d}"
         own = out / key
         own.mkdir()

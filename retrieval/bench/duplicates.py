@@ -69,7 +69,8 @@ def score(groups, labels: dict, root: Path) -> dict:
                     "recall": len(reported["scene"] & scene_t) / max(len(scene_t), 1)}
     everything = reported["exact"] | reported["near"] | reported["scene"]
     out["unrelated_in_groups"] = len(everything - related)
-    ukb = {p for p in scene_t if all("ukbench" in f for f in p)}
+    role = labels["role"]
+    ukb = {p for p in scene_t if all("ukbench" in f and role[f] in ("original", "scene") for f in p)}
     out["ukbench_shots_near_or_exact"] = len(same & ukb)
     out["ukbench_shot_pairs"] = len(ukb)
     rng = np.random.default_rng(0)
