@@ -25,12 +25,26 @@ How (each step bounded by what it costs):
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 
 import numpy as np
 
-from retrieval.app.near_duplicates import NearEvidence, same_photograph, turned
-from retrieval.app.photo_facts import KEEPER_RULE, choose_keeper, keeper_reason, photo_facts
+from retrieval.app.duplicate_groups import (
+    KIND_ORDER,
+    KINDS,
+    Components,
+    DuplicateGroup,
+    DuplicatePair,
+    build_groups,
+)
+from retrieval.app.near_duplicates import (
+    MIN_AGREEMENT,
+    block_agreement,
+    grey_thumbnail,
+    same_photograph,
+    turned,
+)
+from retrieval.app.photo_facts import KEEPER_RULE
 
 DEFAULT_CANDIDATES = 10
 """Most similar photos (global code) checked for each photo."""
@@ -51,8 +65,8 @@ CHEAP_FEATURES = 300
 ALL_TURNS = (0, 1, 2, 3)
 """Quarter turns of a new photo compared with the indexed photos (``--against``: one side only, so all four)."""
 
-KINDS = ("exact", "near", "scene")
-KIND_ORDER = {k: i for i, k in enumerate(KINDS)}
+__all__ = ["KINDS", "DuplicateGroup", "DuplicatePair", "PairVerifier", "build_groups", "exclude_duplicates",
+           "find_against", "find_duplicates", "pixel_digest"]
 
 
 def pixel_digest(path) -> str | None:
@@ -69,50 +83,6 @@ def pixel_digest(path) -> str | None:
             return hashlib.blake2b(repr(rgb.size).encode() + rgb.tobytes(), digest_size=16).hexdigest()
     except (OSError, ValueError, ImageReadError, Image.DecompressionBombError):
         return None
-
-
-@dataclass
-class DuplicatePair:
-    """Two photos (ids ``a < b``, or a new photo ``a = -1``) and why they are reported: ``kind``, the global
-    ``similarity`` of the candidate, the verified ``inliers``, the quarter ``turn`` of ``a`` that matched, the
-    same-photograph ``evidence``, and the matched ``regions`` (bounding boxes of the inliers in each photo)."""
-
-    a: int
-    b: int
-    kind: str
-    similarity: float | None = None
-    inliers: int | None = None
-    turn: int = 0
-    evidence: NearEvidence | None = None
-    regions: tuple | None = None
-
-    def to_json(self) -> dict:
-        return {"a": self.a, "b": self.b, "kind": self.kind,
-                "similarity": None if self.similarity is None else round(float(self.similarity), 6),
-                "inliers": self.inliers, "turn": 90 * self.turn,
-                "evidence": None if self.evidence is None else self.evidence.to_json(),
-                "regions": None if self.regions is None else [[round(float(v), 1) for v in r] for r in self.regions]}
-
-
-@dataclass
-class DuplicateGroup:
-    """Photos of one kind joined by reported pairs, with the suggested ``keeper`` (an id) and why."""
-
-    group: int
-    kind: str
-    images: list[dict]
-    keeper: int
-    keeper_reason: str
-    pairs: list[DuplicatePair] = field(default_factory=list)
-
-    @property
-    def keeper_path(self) -> str:
-        return next(im["path"] for im in self.images if im["id"] == self.keeper)
-
-    def to_json(self) -> dict:
-        return {"group": self.group, "kind": self.kind, "keeper": self.keeper, "keeper_path": self.keeper_path,
-                "keeper_reason": self.keeper_reason, "images": self.images,
-                "pairs": [p.to_json() for p in self.pairs]}
 
 
 def _largest(features, n: int):
@@ -164,6 +134,28 @@ class PairVerifier:
             return make()
         return cached(self.cache, (key, turn, cheap), make, lambda v: v[1].nbytes + v[0].frames.nbytes)
 
+    def thumbnail(self, path: str):
+        """:func:`retrieval.app.near_duplicates.grey_thumbnail` of ``path``, cached (None when undecodable)."""
+        from retrieval.core.cache import cached
+
+        def make():
+            try:
+                return grey_thumbnail(path)
+            except (OSError, ValueError):
+                return None
+
+        return cached(self.cache, ("thumb", path), make, lambda v: 64 if v is None else v[0].nbytes + 64)
+
+    def pixels_agree(self, pair: DuplicatePair, path_a: str, path_b: str, size_a, size_b) -> bool:
+        """Whether a near pair's pixels agree over the overlap (:func:`block_agreement` >= ``MIN_AGREEMENT``);
+        records the figure in ``pair.evidence``."""
+        ta, tb = self.thumbnail(path_a), self.thumbnail(path_b)
+        if ta is None or tb is None or pair.evidence is None:
+            return False
+        agreement = block_agreement(ta, tb, size_a, size_b, pair.evidence.similarity)
+        pair.evidence = _replace(pair.evidence, agreement=agreement)
+        return agreement >= MIN_AGREEMENT
+
     def _check(self, a, b):
         (fa, da), (_, db) = a, b
         whole = (0.0, 0.0, float(fa.image_size[0] - 1), float(fa.image_size[1] - 1))
@@ -190,7 +182,7 @@ class PairVerifier:
         ev = same_photograph(sa[0], sb[0], o.inlier_pairs)
         if ev.near:
             return "near", int(o.inliers), ev, _regions(sa[0], sb[0], o)
-        if o.inliers >= self.min_inliers:
+        if full and o.inliers >= self.min_inliers:
             return "scene", int(o.inliers), ev, _regions(sa[0], sb[0], o)
         return None, int(o.inliers), ev, None
 
@@ -230,7 +222,7 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
     ``features_a``, the query side is a new photo ``features_a[i]`` and every pair is checked."""
     from retrieval.core.threads import parallel_map
 
-    joined = _Components()
+    joined = Components()
 
     def one(c):
         i, j, sim, turn = c
@@ -242,8 +234,14 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
         pair = DuplicatePair(ids[i] if fa is None else -1, ids[j], kind, sim, inliers, turn, ev, regions)
         if kind == "near":
             f1 = verifier.features(ids[i]) if fa is None else fa
-            if _same_pixels(paths[i], paths[j], pair, f1, verifier.features(ids[j])):
+            f2 = verifier.features(ids[j])
+            if _same_pixels(paths[i], paths[j], pair, f1, f2):
                 pair.kind = "exact"
+            elif not verifier.pixels_agree(pair, paths[i], paths[j], f1.image_size, f2.image_size):
+                if sim >= threshold and inliers >= verifier.min_inliers:
+                    pair.kind = "scene"
+                else:
+                    return None
         return pair
 
     out, done = [], 0
@@ -301,75 +299,6 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
         pairs += verify_candidates(verifier, found, reps, paths, threshold=threshold, threads=threads,
                                    progress=progress)
     return build_groups(pairs, by_id, keeper_rule)
-
-
-# ---------------------------------------------------------------------------------------------------- groups
-class _Components:
-    def __init__(self):
-        self.parent: dict = {}
-
-    def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def join(self, a, b) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def groups(self) -> list[list]:
-        out: dict = {}
-        for x in list(self.parent):
-            out.setdefault(self.find(x), []).append(x)
-        return [sorted(v) for v in out.values() if len(v) > 1]
-
-
-def build_groups(pairs: list[DuplicatePair], by_id: dict, keeper_rule=KEEPER_RULE) -> list[DuplicateGroup]:
-    """Exact groups, near groups over the exact groups' keepers, scene groups over the near groups' keepers
-    (module docstring, step 4), numbered in that order."""
-    facts: dict = {}
-
-    def image(i):
-        if i not in facts:
-            r = by_id[i]
-            f = photo_facts(r["path"])
-            facts[i] = {"id": i, "path": r["path"], "size": r.get("size"), "width": f["width"],
-                        "height": f["height"], "format": f["format"], "date": f["date"] or None,
-                        "camera": f["camera"], "mtime": f["mtime"], "bytes": f["bytes"], "error": f["error"]}
-        return facts[i]
-
-    out: list[DuplicateGroup] = []
-    top = {i: i for i in by_id}          # the keeper standing for a photo in the next kind's groups
-    for kind in KINDS:
-        comp = _Components()
-        mine = []
-        for p in pairs:
-            if p.kind != kind:
-                continue
-            a, b = top[p.a], top[p.b]
-            if a != b:
-                comp.join(a, b)
-                mine.append(p)
-        for members in comp.groups():
-            images = [dict(image(i)) for i in members]
-            fl = [{**im, "bytes": im["bytes"]} for im in images]
-            k = choose_keeper(fl, keeper_rule)
-            keeper = members[k]
-            for im in images:
-                im["keeper"] = im["id"] == keeper
-            member_set = set(members)
-            ps = sorted((p for p in mine if top[p.a] in member_set), key=lambda p: (p.a, p.b))
-            out.append(DuplicateGroup(0, kind, images, keeper, keeper_reason(fl, k, keeper_rule), ps))
-            for i, t in list(top.items()):
-                if t in member_set:
-                    top[i] = keeper
-    out.sort(key=lambda g: (KIND_ORDER[g.kind], -len(g.images), g.images[0]["id"]))
-    for n, g in enumerate(out, 1):
-        g.group = n
-    return out
 
 
 def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:

@@ -96,7 +96,7 @@ class ServedDuplicates:
 
         svc = self.service
         idx = svc.local()
-        svc._searchable(idx)
+        svc.searchable(idx)
         with self._lock:
             gen = idx.searcher().generation
             if self._found is not None and self._found[0] == gen:
@@ -211,7 +211,7 @@ class ServedDuplicates:
 
         svc = self.service
         idx = svc.local()
-        svc._searchable(idx)
+        svc.searchable(idx)
         if not checked:
             return {"results": []}
         name, largest = max(checked, key=lambda c: c[1].size[0] * c[1].size[1])

@@ -165,7 +165,8 @@ class Service:
             raise ApiError(404, f"no indexed image with id {image_id}.")
         return row
 
-    def _searchable(self, idx: Index) -> int:
+    def searchable(self, idx: Index) -> int:
+        """The generation of ``idx`` when something is searchable; ApiError 503 (first build running) or 409 (empty)."""
         gen = idx.catalog.generation()
         if gen == 0:
             if idx.writer_active():
@@ -182,7 +183,7 @@ class Service:
         if not 1 <= int(k) <= MAX_K:
             raise ApiError(400, f"k={k}: expected 1 to {MAX_K}.")
         idx = self.local()
-        self._searchable(idx)
+        self.searchable(idx)
         if image_id is not None:
             self._row(image_id)
         t0 = time.perf_counter()
