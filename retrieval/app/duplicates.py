@@ -49,17 +49,17 @@ from retrieval.app.photo_facts import KEEPER_RULE
 DEFAULT_CANDIDATES = 10
 """Most similar photos (global code) checked for each photo."""
 
-DEFAULT_THRESHOLD = 0.4
-"""Least global similarity (codes centred on the collection's mean) of a candidate pair checked for the same scene
-by full verification; below it a candidate among the ``candidates`` most similar is only checked for being the same
-photograph (the cheap check). docs/results.md "Duplicates"."""
+DEFAULT_THRESHOLD = 0.6
+"""Least global similarity (codes centred on the collection's mean) of a candidate pair verified with all its
+features when the cheap check (the largest features) did not verify it; below it, a pair is reported only when the
+cheap check verifies it (docs/results.md and docs/benchmarks.md, "Duplicates")."""
 
 DUPLICATE_MIN_INLIERS = 12
 """One-to-one inliers a same-scene pair needs: stricter than the query re-ranking's (9), since one false pair joins
 two groups; 12 is the smallest with at most 1 false verification in 20,000 unrelated real pairs (docs/results.md,
 "Geometric verification"). A near pair needs the preset's own threshold and the same-photograph evidence."""
 
-CHEAP_FEATURES = 300
+CHEAP_FEATURES = 200
 """Features (the largest) of each photo in the cheap check that settles most copies before full verification."""
 
 ALL_TURNS = (0, 1, 2, 3)
@@ -118,7 +118,11 @@ class PairVerifier:
         self.cache = BytesLRU(int(cache_mb * 2**20))
 
     def features(self, image_id: int):
-        return self.searcher.features_of(int(image_id))
+        """The stored features of an indexed photo (kept in this finder's cache)."""
+        from retrieval.core.cache import cached
+
+        return cached(self.cache, ("features", int(image_id)), lambda: self.searcher.features_of(int(image_id)),
+                      lambda f: f.frames.nbytes + f.descriptors.nbytes + 64)
 
     def _side(self, key, features, turn: int, cheap: bool):
         """``(features, described)`` of one side: turned, reduced to the largest for the cheap check; cached under
@@ -163,17 +167,19 @@ class PairVerifier:
 
     def check_features(self, fa, fb, turn: int = 0, full: bool = True, keys=(None, None)):
         """``(kind or None, inliers, evidence, regions)`` of photo features ``fa`` turned by ``turn`` quarter turns
-        against ``fb``: near, scene, or None (not verified); without ``full``, only the cheap check (near or
-        None) unless a photo has at most :data:`CHEAP_FEATURES` features. ``keys``: cache keys of the two sides."""
+        against ``fb``: near, scene, or None (not verified). The cheap check first (the largest features); the full
+        features when it verified but did not show the same photograph (to tell near from scene), or when it did
+        not verify and ``full``. ``keys``: cache keys of the two sides."""
         ka, kb = keys
-        if len(fa) > CHEAP_FEATURES and len(fb) > CHEAP_FEATURES:
+        cheap = len(fa) > CHEAP_FEATURES and len(fb) > CHEAP_FEATURES
+        if cheap:
             sa, sb = self._side(ka, fa, turn, True), self._side(kb, fb, 0, True)
             o = self._check(sa, sb)
             if o.verified:
                 ev = same_photograph(sa[0], sb[0], o.inlier_pairs)
                 if ev.near:
                     return "near", int(o.inliers), ev, _regions(sa[0], sb[0], o)
-            if not full:
+            elif not full:
                 return None, int(o.inliers), None, None
         sa, sb = self._side(ka, fa, turn, False), self._side(kb, fb, 0, False)
         o = self._check(sa, sb)
@@ -182,20 +188,16 @@ class PairVerifier:
         ev = same_photograph(sa[0], sb[0], o.inlier_pairs)
         if ev.near:
             return "near", int(o.inliers), ev, _regions(sa[0], sb[0], o)
-        if full and o.inliers >= self.min_inliers:
+        if (full or cheap) and o.inliers >= self.min_inliers:
             return "scene", int(o.inliers), ev, _regions(sa[0], sb[0], o)
         return None, int(o.inliers), ev, None
 
     def check(self, a: int, b: int, turn: int = 0, features_a=None, full: bool = True):
-        """:meth:`check_features` of indexed photos ``a`` (or ``features_a``, not cached) and ``b``; the upright
-        pair is tried too when the turned one does not verify."""
+        """:meth:`check_features` of indexed photos ``a`` (or ``features_a``, not cached) and ``b``, ``a`` turned by
+        the turn its code matched with."""
         fa = self.features(a) if features_a is None else features_a
-        fb = self.features(b)
         keys = (None if features_a is not None else int(a), int(b))
-        got = self.check_features(fa, fb, turn, full, keys)
-        if got[0] is None and turn:
-            got = self.check_features(fa, fb, 0, full, keys)
-        return got
+        return self.check_features(fa, self.features(b), turn, full, keys)
 
 
 def _same_pixels(path_a: str, path_b: str, pair: DuplicatePair, fa, fb) -> bool:
@@ -261,7 +263,7 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
 
 
 def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: int = DEFAULT_CANDIDATES,
-                    min_inliers: int = DUPLICATE_MIN_INLIERS, keeper_rule=KEEPER_RULE, threads: int = 2,
+                    min_inliers: int = DUPLICATE_MIN_INLIERS, keeper_rule=KEEPER_RULE, threads: int = 1,
                     progress=None) -> list[DuplicateGroup]:
     """Groups of exact copies, near duplicates and same-scene photos of an index (module docstring).
 
@@ -338,7 +340,7 @@ def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
 
 
 def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates: int = DEFAULT_CANDIDATES,
-                 min_inliers: int = DUPLICATE_MIN_INLIERS, threads: int = 2, progress=None) -> list[dict]:
+                 min_inliers: int = DUPLICATE_MIN_INLIERS, threads: int = 1, progress=None) -> list[dict]:
     """For each photo of ``paths`` (not indexed, and not added), the indexed photos it duplicates: exact copies
     (same bytes or pixels), near duplicates, same scene (module docstring; the same candidates and checks as
     :func:`find_duplicates`, the new photo's code compared with the index's kept codes).

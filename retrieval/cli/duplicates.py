@@ -59,8 +59,8 @@ def _group_numbers(text: str | None) -> set | None:
 @click.option("--undo", "undo_path", default=None, metavar="PLAN",
               help="Undo an action from its plan file: files put back, the index given them again.")
 @click.option("--threshold", type=float, default=None, metavar="T",
-              help="Least global similarity for a same-scene check by full verification [default: 0.4]; below it "
-                   "only copies of the same photograph are looked for.")
+              help="Least global similarity for which a pair the cheap check (the largest features) did not verify "
+                   "is verified with all its features [default: 0.6]; lower finds more same-scene pairs, slower.")
 @click.option("--candidates", type=click.IntRange(1, None), default=10, show_default=True,
               help="Most similar photos checked for each photo.")
 @click.option("--min-inliers", type=click.IntRange(1, None), default=None,

@@ -22,7 +22,7 @@ from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset, missing_pieces
 
 PRESETS = ["default", "compact", "accurate", "object"]
-N_SEARCHES = 200   # per path
+N_SEARCHES = 120   # per path
 THREADS = 8
 K = 6
 
