@@ -155,9 +155,10 @@ def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, thres
 
     Returns
     -------
-    list of ``(i, j, similarity, turn)``: query photo ``i``, compared photo ``j``, the best similarity over the
-    turns and its turn (quarter turns of ``i``), by decreasing similarity; with ``exclude_self`` each unordered
-    pair once (the turn then expressed for the smaller index, ``(4 - turn) % 4`` when swapped).
+    list of ``(i, j, similarity, turn, rank)``: query photo ``i``, compared photo ``j``, the best similarity over
+    the turns and its turn (quarter turns of ``i``), the rank of ``j`` among the query's candidates (from 0; for an
+    unordered pair the better of its two), by decreasing similarity; with ``exclude_self`` each unordered pair once
+    (the turn then expressed for the smaller index, ``(4 - turn) % 4`` when swapped).
     """
     n, T, _ = query_codes.shape
     out: dict = {}
@@ -176,7 +177,8 @@ def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, thres
         top = np.argpartition(-best, kk - 1, axis=1)[:, :kk]
         for r in range(len(Q)):
             i = s + r
-            for j in top[r]:
+            order = top[r][np.argsort(-best[r, top[r]], kind="stable")]
+            for rank, j in enumerate(order):
                 sim = float(best[r, j])
                 if not sim >= threshold:
                     continue
@@ -187,8 +189,10 @@ def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, thres
                         continue
                     if i > j:
                         key, turn = (int(j), i), (4 - turn) % 4
-                if key not in out or out[key][0] < sim:
-                    out[key] = (sim, turn)
-    pairs = [(a, b, sim, turn) for (a, b), (sim, turn) in out.items()]
+                if key not in out or out[key][0] < sim or (out[key][0] == sim and out[key][2] > rank):
+                    out[key] = (sim, turn, min(rank, out[key][2]) if key in out else rank)
+                elif out[key][2] > rank:
+                    out[key] = (out[key][0], out[key][1], rank)
+    pairs = [(a, b, sim, turn, rank) for (a, b), (sim, turn, rank) in out.items()]
     pairs.sort(key=lambda p: (-p[2], p[0], p[1]))
     return pairs

@@ -59,6 +59,11 @@ DUPLICATE_MIN_INLIERS = 12
 two groups; 12 is the smallest with at most 1 false verification in 20,000 unrelated real pairs (docs/results.md,
 "Geometric verification"). A near pair needs the preset's own threshold and the same-photograph evidence."""
 
+FULL_RANKS = 2
+"""Of each photo's candidates, the most similar this many may be verified with all their features when the cheap
+check did not verify them (and their similarity is at least the threshold): full verification costs a bounded
+number of pairs per photo."""
+
 CHEAP_FEATURES = 200
 """Features (the largest) of each photo in the cheap check that settles most copies before full verification."""
 
@@ -109,7 +114,7 @@ class PairVerifier:
     (:attr:`Searcher.verifier <retrieval.app.searcher.Searcher.verifier>`). Settings are fixed; what varies per
     pair is an argument; the described features are kept in a bounded cache of this finder (``cache_mb``)."""
 
-    def __init__(self, searcher, *, min_inliers: int = DUPLICATE_MIN_INLIERS, cache_mb: float = 256):
+    def __init__(self, searcher, *, min_inliers: int = DUPLICATE_MIN_INLIERS, cache_mb: float = 768):
         from retrieval.core.cache import BytesLRU
 
         self.searcher = searcher
@@ -118,19 +123,27 @@ class PairVerifier:
         self.cache = BytesLRU(int(cache_mb * 2**20))
 
     def features(self, image_id: int):
-        """The stored features of an indexed photo (kept in this finder's cache)."""
+        """The stored features of an indexed photo (read from the feature store; not kept: the cheap sides are)."""
+        return self.searcher.features_of(int(image_id))
+
+    def _count(self, key, features) -> int:
+        """Number of features of one side (``features``: LocalFeatures or a callable giving them)."""
         from retrieval.core.cache import cached
 
-        return cached(self.cache, ("features", int(image_id)), lambda: self.searcher.features_of(int(image_id)),
-                      lambda f: f.frames.nbytes + f.descriptors.nbytes + 64)
+        if key is None:
+            return len(features() if callable(features) else features)
+        return cached(self.cache, ("n", key), lambda: len(features() if callable(features) else features),
+                      lambda v: 32)
 
     def _side(self, key, features, turn: int, cheap: bool):
         """``(features, described)`` of one side: turned, reduced to the largest for the cheap check; cached under
-        ``key`` (None: not cached)."""
+        ``key`` (None: not cached). ``features``: LocalFeatures or a callable giving them (read only when the side
+        is not cached)."""
         from retrieval.core.cache import cached
 
         def make():
-            f = turned(features, turn) if turn else features
+            f = features() if callable(features) else features
+            f = turned(f, turn) if turn else f
             f = _largest(f, CHEAP_FEATURES) if cheap else f
             return f, self.verifier.described(f)
 
@@ -171,7 +184,7 @@ class PairVerifier:
         features when it verified but did not show the same photograph (to tell near from scene), or when it did
         not verify and ``full``. ``keys``: cache keys of the two sides."""
         ka, kb = keys
-        cheap = len(fa) > CHEAP_FEATURES and len(fb) > CHEAP_FEATURES
+        cheap = self._count(ka, fa) > CHEAP_FEATURES and self._count(kb, fb) > CHEAP_FEATURES
         if cheap:
             sa, sb = self._side(ka, fa, turn, True), self._side(kb, fb, 0, True)
             o = self._check(sa, sb)
@@ -195,9 +208,21 @@ class PairVerifier:
     def check(self, a: int, b: int, turn: int = 0, features_a=None, full: bool = True):
         """:meth:`check_features` of indexed photos ``a`` (or ``features_a``, not cached) and ``b``, ``a`` turned by
         the turn its code matched with."""
-        fa = self.features(a) if features_a is None else features_a
+        fa = _Once(lambda: self.features(a)) if features_a is None else features_a
         keys = (None if features_a is not None else int(a), int(b))
-        return self.check_features(fa, self.features(b), turn, full, keys)
+        return self.check_features(fa, _Once(lambda: self.features(b)), turn, full, keys)
+
+
+class _Once:
+    """A zero-argument callable giving the same value each time, computed at the first call."""
+
+    def __init__(self, make):
+        self.make, self.value = make, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.make()
+        return self.value
 
 
 def _same_pixels(path_a: str, path_b: str, pair: DuplicatePair, fa, fb) -> bool:
@@ -217,7 +242,7 @@ VERIFY_CHUNK = 32
 
 def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, threshold: float, threads: int = 1,
                       progress=None, features_a=None) -> list[DuplicatePair]:
-    """The reported pairs among ``candidates`` (``(i, j, similarity, turn)`` positions into ``ids``/``paths``, by
+    """The reported pairs among ``candidates`` (``(i, j, similarity, turn, rank)`` positions into ``ids``/``paths``, by
     decreasing similarity): near (exact when the pixels are equal), scene (only for candidates of similarity
     ``threshold`` or more); unverified pairs dropped. A pair whose photos are already joined as the same
     photograph by the pairs reported before it is not checked again (it would change no group); with
@@ -227,10 +252,10 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
     joined = Components()
 
     def one(c):
-        i, j, sim, turn = c
+        i, j, sim, turn, rank = c
         fa = None if features_a is None else features_a[i]
         kind, inliers, ev, regions = verifier.check(ids[i] if fa is None else -1, ids[j], turn, fa,
-                                                    full=sim >= threshold)
+                                                    full=sim >= threshold and rank < FULL_RANKS)
         if kind is None:
             return None
         pair = DuplicatePair(ids[i] if fa is None else -1, ids[j], kind, sim, inliers, turn, ev, regions)
@@ -240,7 +265,7 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
             if _same_pixels(paths[i], paths[j], pair, f1, f2):
                 pair.kind = "exact"
             elif not verifier.pixels_agree(pair, paths[i], paths[j], f1.image_size, f2.image_size):
-                if sim >= threshold and inliers >= verifier.min_inliers:
+                if sim >= threshold and rank < FULL_RANKS and inliers >= verifier.min_inliers:
                     pair.kind = "scene"
                 else:
                     return None
@@ -388,7 +413,7 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
             q = centred(space.turned_codes(f, ALL_TURNS)[None], mean)
             found = candidate_pairs(q, C, k=candidates, threshold=-1.0, exclude_self=False)
             ids = [-1] + [r["id"] for r in reps]
-            cand = [(0, j + 1, sim, turn) for _, j, sim, turn in found]
+            cand = [(0, j + 1, sim, turn, rank) for _, j, sim, turn, rank in found]
             paths_ = [path] + [r["path"] for r in reps]
             for p in verify_candidates(verifier, cand, ids, paths_, threshold=threshold, threads=threads,
                                        features_a=[f]):

@@ -100,9 +100,9 @@ def test_candidate_pairs_by_code_with_turns():
     base[4, 0] = base[1, 0] + 0.01          # photo 4 is photo 1
     codes = centred(base)
     pairs = candidate_pairs(codes, np.ascontiguousarray(codes[:, 0]), k=1, threshold=0.9)
-    got = {(a, b): turn for a, b, _, turn in pairs}
+    got = {(a, b): turn for a, b, _, turn, _ in pairs}
     assert got == {(0, 3): 2, (1, 4): 0}    # (3 turned by 180) = 0, so 0 turned by 180 = 3
-    assert all(a < b for a, b, _, _ in pairs)
+    assert all(a < b for a, b, _, _, _ in pairs)
     assert candidate_pairs(codes, np.ascontiguousarray(codes[:, 0]), k=1, threshold=1.01) == []
 
 
