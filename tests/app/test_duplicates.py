@@ -68,11 +68,28 @@ def test_groups_are_of_one_kind_with_the_right_members(dup_world, tmp_path):
         assert all(p["kind"] == g["kind"] for p in g["pairs"])
     assert sorted(map(sorted, by_kind["exact"])) == sorted([f"p{i:02d} copy.jpg", f"p{i:02d}.jpg"] for i in copies)
     assert not by_kind["scene"]
-    # each near group: the exact pair's keeper, the half-size PNG and the JPEG at quality 40
+    # each near group: the exact pair's keeper, the half-size PNG and the JPEG at quality 40; a half-size copy
+    # with fewer than 20 features (a 162-pixel thumbnail of a plain scene) is too imprecise for the same-photograph
+    # test (docs/user-guide.md, "Duplicates", limits): it may be left out, never put in another group
+    from retrieval.app.index import Index
+
+    idx = Index.open(dup_world["index"])
+    searcher = idx.searcher()
+    n_features = {name(r["path"]): len(searcher.features_of(r["id"])) for r in idx.catalog.snapshot()[1]}
+    idx.close()
+    left_out = 0
     for i in copies:
-        group = next(g for g in by_kind["near"] if f"p{i:02d}_small.png" in g)
-        assert group - {f"p{i:02d}.jpg", f"p{i:02d} copy.jpg"} == {f"p{i:02d}_small.png", f"p{i:02d}_q40.jpg"}
+        small = f"p{i:02d}_small.png"
+        group = next((g for g in by_kind["near"] if f"p{i:02d}_q40.jpg" in g), None)
+        assert group is not None
         assert len(group & {f"p{i:02d}.jpg", f"p{i:02d} copy.jpg"}) == 1
+        if small in group:
+            assert group - {f"p{i:02d}.jpg", f"p{i:02d} copy.jpg"} == {small, f"p{i:02d}_q40.jpg"}
+        else:
+            assert n_features[small] < 20, (small, n_features[small])
+            assert not any(small in g for kind in by_kind.values() for g in kind)
+            left_out += 1
+    assert left_out <= 1
     for g in groups:                            # the half-size copy is never the keeper (largest resolution first)
         keeper = next(im for im in g["images"] if im["keeper"])
         assert keeper["width"] * keeper["height"] == max(im["width"] * im["height"] for im in g["images"])
