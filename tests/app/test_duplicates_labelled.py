@@ -25,7 +25,7 @@ def scored(tmp_path_factory):
 def test_exact_and_near_precision_and_recall(scored):
     assert scored["exact"]["pairs"] >= 25 and scored["exact"]["precision"] == 1.0 and scored["exact"]["recall"] == 1.0
     near = scored["near"]
-    assert near["pairs"] >= 150, near
+    assert near["pairs"] >= 100, near
     assert near["precision"] >= 0.99, near
     assert near["recall"] >= 0.98, near
 
