@@ -126,21 +126,11 @@ def make_labelled_set(data_dir, out, *, n_sources: int = 100, variants: int = 4,
     return {"files": files, "source": source, "role": role, "edit": edit, **_pairs(out, files, source)}
 
 
-def pixel_digest(path) -> str:
-    """Digest of the decoded pixels of an image file (RGB, with its size): equal for byte copies and for lossless
-    re-encodings (PNG of the same pixels)."""
-    import hashlib
-
-    from PIL import Image
-
-    with Image.open(path) as im:
-        rgb = im.convert("RGB")
-        return hashlib.blake2b(repr(rgb.size).encode() + rgb.tobytes(), digest_size=16).hexdigest()
-
-
 def _pairs(out: Path, files: list[str], source: dict) -> dict:
     """The labelled pairs: ``exact`` (same decoded pixels), ``near`` (same source photo, edited), ``scene`` (the
     same group but different photographs); everything else is unrelated."""
+    from retrieval.app.duplicates import pixel_digest
+
     group = {f: f.split("/")[0] if f.startswith("h") else source[f].split("/")[0] for f in files}
     digest = {f: pixel_digest(out / f) for f in files if not f.startswith("h")}
     exact, near, scene = set(), set(), set()

@@ -5,19 +5,12 @@ drawn on box.png, then the match view."""
 from __future__ import annotations
 
 import pytest
-from web_support import BOX_IN_SCENE, chrome_driver, drag_box, find_chrome, served_copy, web_base  # noqa: F401
+from web_support import BOX_IN_SCENE, browser_session, drag_box, served_copy, web_base  # noqa: F401
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    pytest.importorskip("selenium", reason="selenium is not installed (the dev extra)")
-    reason = find_chrome()[2]
-    if reason:
-        pytest.skip(f"no browser for the browser test: {reason}")
-    driver = chrome_driver(tmp_path_factory.mktemp("chrome-profile"))
-    driver.set_page_load_timeout(120)
-    yield driver
-    driver.quit()
+    yield from browser_session(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,12 @@ import shutil
 
 import pytest
 from dup_world import build_dup_world, tree
-from web_support import ServerThread, chrome_driver, find_chrome
+from web_support import ServerThread, browser_session
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    pytest.importorskip("selenium", reason="selenium is not installed (the dev extra)")
-    reason = find_chrome()[2]
-    if reason:
-        pytest.skip(f"no browser for the browser test: {reason}")
-    driver = chrome_driver(tmp_path_factory.mktemp("chrome-profile"))
-    driver.set_page_load_timeout(120)
-    yield driver
-    driver.quit()
+    yield from browser_session(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -195,3 +195,18 @@ class ServeProcess:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def browser_session(tmp_path_factory):
+    """A module fixture's body: a headless Chromium driver (skips when selenium or the browser is missing), quit
+    after the module."""
+    import pytest
+
+    pytest.importorskip("selenium", reason="selenium is not installed (the dev extra)")
+    reason = find_chrome()[2]
+    if reason:
+        pytest.skip(f"no browser for the browser test: {reason}")
+    driver = chrome_driver(tmp_path_factory.mktemp("chrome-profile"))
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
