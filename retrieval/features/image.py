@@ -1,5 +1,9 @@
 """Image loading: any common file -> a gray uint8 working image plus the scale back to original pixels.
 
+Which files are images and how one is opened (formats, plugins, guards) is :mod:`retrieval.features.image_files`;
+its public names (:data:`IMAGE_EXTENSIONS`, :func:`is_image_name`, :func:`open_image`, :func:`peek_image`,
+:class:`ImageReadError`, ...) are importable from here too.
+
 Conventions (documented in docs/formats.md, "Features"):
 
 - Orientation: the EXIF ``Orientation`` tag is applied first (``PIL.ImageOps.exif_transpose``); every size, frame
@@ -22,51 +26,32 @@ from __future__ import annotations
 
 import logging
 import numbers
-import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.core.checks import check_scalar
+from retrieval.features.image_files import (  # noqa: F401 - the public names of image files, read from here too
+    AVIF_EXTENSIONS,
+    DEFAULT_MAX_MEGAPIXELS,
+    DRAFT_FORMATS,
+    DRAFT_MODES,
+    FORMAT_EXTENSIONS,
+    HEIF_EXTENSIONS,
+    IMAGE_EXTENSIONS,
+    ImageReadError,
+    exif_orientation,
+    is_image_name,
+    open_image,
+    opened,
+    peek_image,
+    register_image_plugins,
+)
 
 logger = logging.getLogger(__name__)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm", ".gif", ".heic",
-                    ".heif", ".avif")
-"""File extensions (lower case) of the images :func:`load_image` reads: JPEG, PNG, TIFF, WebP, BMP, the Netpbm
-PPM / PGM formats, GIF (its first frame), HEIC / HEIF (through the pillow-heif plugin) and AVIF (Pillow's own
-decoder, when Pillow was built with it), all decoded by Pillow. The one list of the library and the CLI: every
-folder walk picks files by it (compare ``path.suffix.lower()``), and the CLI refuses query and match images
-outside it."""
-
-FORMAT_EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP": ".bmp",
-                     "PPM": ".ppm", "GIF": ".gif", "HEIF": ".heic", "AVIF": ".avif"}
-"""Pillow's name of each format :data:`IMAGE_EXTENSIONS` lists -> the extension a file of it is stored with (an
-image added through ``retrieval serve``): the one list of accepted formats, for the CLI and the API alike."""
-
-HEIF_EXTENSIONS = (".heic", ".heif")
-
-
-def register_image_plugins(path) -> None:
-    """Make Pillow able to open ``path``: registers the pillow-heif opener for HEIC / HEIF files (once per
-    process). Raises :class:`ImageReadError` when the plugin is not installed."""
-    global _heif_registered
-    if str(path).lower().endswith(HEIF_EXTENSIONS) and not _heif_registered:
-        try:
-            import pillow_heif
-        except ImportError:
-            raise ImageReadError(path, "HEIC / HEIF images need the pillow-heif package (pip install "
-                                       "pillow-heif)") from None
-        pillow_heif.register_heif_opener()
-        _heif_registered = True
-
-
-_heif_registered = False
-
 DEFAULT_MAX_SIDE = 1024
-DEFAULT_MAX_MEGAPIXELS = 150.0
 DEFAULT_MIN_SIDE = 16
 
 REDUCE_MODES = ("all", "jpeg", "none")
@@ -75,23 +60,9 @@ decoder's DCT scaling and any other format through ``Image.reduce``; ``"jpeg"`` 
 (the decoder of the library up to 0.1, kept for the indexes made with it); ``"none"``: every file decoded in full,
 then resized (for comparisons)."""
 
-DRAFT_FORMATS = ("JPEG", "MPO")
-DRAFT_MODES = ("L", "RGB", "YCbCr")
 REDUCE_IMAGE_MODES = ("L", "RGB", "RGBA", "LA")
 """Pillow modes ``Image.reduce`` is used on (other modes, and files with a ``transparency`` colour key, are
 resized from their full decode)."""
-
-
-class ImageReadError(ValueError):
-    """An image file could not be read: it names the file and the reason (empty, truncated, not an image, ...)."""
-
-    def __init__(self, path, reason: str):
-        self.path = str(path)
-        self.reason = reason
-        super().__init__(f"cannot read image {self.path!r}: {reason}")
-
-    def __reduce__(self):  # picklable across worker processes
-        return (type(self), (self.path, self.reason))
 
 
 @dataclass(frozen=True)
@@ -200,13 +171,14 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     Parameters
     ----------
     path : str or Path
-        JPEG, PNG, TIFF, WebP, BMP, PPM / PGM (:data:`IMAGE_EXTENSIONS`; anything else Pillow reads is accepted
-        too) in modes L, RGB, RGBA, P (+transparency), CMYK, I;16 / I (16-bit), F, 1.
+        JPEG, PNG, TIFF, WebP, BMP, PPM / PGM, GIF (its first frame), HEIC / HEIF, AVIF (:data:`IMAGE_EXTENSIONS`,
+        recognised by content; anything else Pillow reads is accepted too), opened as
+        :func:`retrieval.features.image_files.open_image` opens them, in modes L, RGB, RGBA, P (+transparency), CMYK, I;16 / I (16-bit), F, 1.
     max_side : int or None
         The working image's larger side is at most this (area-averaging downscale); None keeps full size.
     max_megapixels : float
         Images larger than this (width * height / 1e6, read from the header before decoding) are refused
-        (decompression-bomb guard). Pillow's own guard also refuses more than about 179 MP.
+        (decompression-bomb guard; Pillow's own limit, about 179 MP, is raised to it when lower).
     min_side : int
         Images whose smaller side is below this are refused.
     upscale_to : int or None
@@ -226,7 +198,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     ImageReadError
         0-byte, truncated, corrupt or non-image file, too large or too small; the message names the file.
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import ImageOps
 
     if max_side is not None:
         check_scalar(max_side, "max_side", "load_image", low=8)
@@ -237,31 +209,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     if reduce not in REDUCE_MODES:
         raise ValueError(f"load_image: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
     path = Path(path)
-    try:
-        size_bytes = os.path.getsize(path)
-    except OSError as exc:
-        raise ImageReadError(path, f"file not found or unreadable ({exc.strerror or exc})") from None
-    if size_bytes == 0:
-        raise ImageReadError(path, "the file is empty (0 bytes)")
-    try:
-        with warnings.catch_warnings():
-            # the guard is max_megapixels, checked on the header below before any pixel is decoded; Pillow's own
-            # limits (a warning above Image.MAX_IMAGE_PIXELS = 89.5 MP, an error above twice that) would refuse
-            # the 100+ MP photos of current phones below the documented 150 MP, so its error limit is raised to
-            # max_megapixels when needed and its warning is silenced
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            limit = Image.MAX_IMAGE_PIXELS
-            if limit is not None and 2 * limit < max_megapixels * 1e6:
-                Image.MAX_IMAGE_PIXELS = int(max_megapixels * 1e6 / 2) + 1
-            register_image_plugins(path)
-            img = Image.open(path)
-    except UnidentifiedImageError:
-        raise ImageReadError(path, "not an image file (unknown format)") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageReadError(path, f"too large: {exc}") from None
-    except OSError as exc:
-        raise ImageReadError(path, f"unreadable ({exc})") from None
-    with img:
+    with opened(path, max_megapixels=max_megapixels) as img:
         w0, h0 = img.size
         if w0 * h0 > max_megapixels * 1e6:
             raise ImageReadError(path, f"too large: {w0}x{h0} = {w0 * h0 / 1e6:.1f} megapixels, more than "
@@ -269,13 +217,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         if min(w0, h0) < min_side:
             raise ImageReadError(path, f"too small: {w0}x{h0} pixels, expected at least min_side={min_side} "
                                        f"pixels per side")
-        try:
-            exif = img.getexif()
-            orientation = int(exif.get(0x0112, 1) or 1)
-        except Exception:  # noqa: BLE001 - a broken EXIF block must not prevent reading the pixels
-            orientation = 1
-        if orientation not in range(1, 9):
-            orientation = 1
+        orientation = exif_orientation(img)
         W, H = (h0, w0) if orientation in (5, 6, 7, 8) else (w0, h0)
         target = None
         if max_side is not None and max(W, H) > max_side:
@@ -383,26 +325,13 @@ def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tup
     (``decoded`` is then the reduced size). ``draft_box``: the size asked of a JPEG's draft instead (a thumbnail
     asks ``(side, side)``; other formats are then costed in full). Raises :class:`ImageReadError` when the header
     is unreadable."""
-    from PIL import Image, UnidentifiedImageError
 
-    register_image_plugins(path)
     if reduce not in REDUCE_MODES:
         raise ValueError(f"decode_cost: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None   # the header only: no decoding
-            try:
-                with Image.open(path) as im:
-                    w, h, mode, fmt = im.size[0], im.size[1], im.mode, im.format or ""
-                    info = dict(im.info)
-                    alpha = "transparency" in info
-            finally:
-                Image.MAX_IMAGE_PIXELS = saved
-    except UnidentifiedImageError:
-        raise ImageReadError(path, "not an image file (unknown format)") from None
-    except OSError as exc:
-        raise ImageReadError(path, f"unreadable ({exc})") from None
+    with peek_image(path) as im:   # the header only: no decoding
+        w, h, mode, fmt = im.size[0], im.size[1], im.mode, im.format or ""
+        info = dict(im.info)
+        alpha = "transparency" in info
     target = None
     if max_side is not None and max(w, h) > max_side:
         f = max_side / max(w, h)

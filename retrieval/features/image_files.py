@@ -1,0 +1,226 @@
+"""Image files: which names are images, and opening one. The one list of readable formats of the library, the CLI
+and the web page (folder walks, outside query files, thumbnails, uploads).
+
+- :func:`is_image_name`: whether a file name has one of :data:`IMAGE_EXTENSIONS` (any case);
+- :func:`open_image`: a path, bytes or binary file -> a decoded Pillow image: the HEIC / HEIF and AVIF decoders
+  registered, the pixel count checked on the header before any pixel is decoded, the first frame of an animation
+  (GIF, WebP), the EXIF orientation applied;
+- :func:`peek_image`: the same opening, header only (size, format, EXIF), for callers that decode nothing.
+
+Files are recognised by their content, not by their name: an upload in a temporary ``*.part`` file opens as well
+as ``IMG_0001.HEIC``. :func:`retrieval.features.image.load_image` (the features' gray working image) opens through
+the same function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+import warnings
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm", ".gif", ".heic",
+                    ".heif", ".avif")
+"""File extensions (lower case) of the images the library reads: JPEG, PNG, TIFF, WebP, BMP, the Netpbm PPM / PGM
+formats, GIF (its first frame), HEIC / HEIF (through the pillow-heif plugin, a dependency) and AVIF (Pillow's own
+decoder: Pillow 11.3 and later ship it in their wheels; else the pillow-avif-plugin package when installed), all
+decoded by Pillow. Test a name with :func:`is_image_name`."""
+
+FORMAT_EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP": ".bmp",
+                     "PPM": ".ppm", "GIF": ".gif", "HEIF": ".heic", "AVIF": ".avif"}
+"""Pillow's name of each format :data:`IMAGE_EXTENSIONS` lists -> the extension a file of it is stored with (an
+image added through ``retrieval serve``)."""
+
+HEIF_EXTENSIONS = (".heic", ".heif")
+AVIF_EXTENSIONS = (".avif",)
+
+DEFAULT_MAX_MEGAPIXELS = 150.0
+
+DRAFT_FORMATS = ("JPEG", "MPO")
+DRAFT_MODES = ("L", "RGB", "YCbCr")
+
+
+class ImageReadError(ValueError):
+    """An image file could not be read: it names the file and the reason (empty, truncated, not an image, ...)."""
+
+    def __init__(self, path, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot read image {self.path!r}: {reason}")
+
+    def __reduce__(self):  # picklable across worker processes
+        return (type(self), (self.path, self.reason))
+
+
+def is_image_name(name) -> bool:
+    """Whether the file name (or path) ``name`` ends with one of :data:`IMAGE_EXTENSIONS`, in any case
+    (``"IMG_0001.HEIC"``: True; ``"notes.txt"``, ``"jpg"``: False). The test of every folder walk, of the CLI's
+    query and match images and of the web page's uploads."""
+    return os.fspath(name).lower().endswith(IMAGE_EXTENSIONS)
+
+
+_plugins_lock = threading.Lock()
+_plugins: dict = {}   # "heif" / "avif" -> whether a decoder is available; filled once per process
+
+
+def register_image_plugins(path=None) -> None:
+    """Make Pillow able to open every format of :data:`IMAGE_EXTENSIONS` (once per process): registers the
+    pillow-heif opener for HEIC / HEIF and, when this Pillow has no AVIF decoder, the pillow-avif-plugin (when
+    installed). Pillow then recognises these files by content, whatever their name. Raises
+    :class:`ImageReadError` when ``path`` names a HEIC / HEIF or AVIF file and its decoder is missing."""
+    with _plugins_lock:
+        if not _plugins:
+            try:
+                import pillow_heif
+            except ImportError:
+                _plugins["heif"] = False
+            else:
+                pillow_heif.register_heif_opener()
+                _plugins["heif"] = True
+            from PIL import features
+
+            avif = bool(features.check("avif"))
+            if not avif:
+                with contextlib.suppress(ImportError):
+                    import pillow_avif  # noqa: F401 - registers its decoder with Pillow on import
+                    avif = True
+            _plugins["avif"] = avif
+    name = "" if path is None else str(path).lower()
+    if name.endswith(HEIF_EXTENSIONS) and not _plugins["heif"]:
+        raise ImageReadError(path, "HEIC / HEIF images need the pillow-heif package (pip install pillow-heif)")
+    if name.endswith(AVIF_EXTENSIONS) and not _plugins["avif"]:
+        raise ImageReadError(path, "AVIF images need Pillow 11.3 or later built with libavif (its wheels are), or "
+                                   "the pillow-avif-plugin package")
+
+
+_limit_lock = threading.Lock()
+
+
+def _source_name(source, name) -> str:
+    if name is not None:
+        return str(name)
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return str(getattr(source, "name", None) or "<image bytes>")
+
+
+@contextlib.contextmanager
+def opened(source, *, name=None, max_megapixels: float | None = DEFAULT_MAX_MEGAPIXELS):
+    """The lazily opened Pillow image of ``source`` (a path, bytes or a binary file; only its header is read),
+    closed on exit; the plugins registered. ``max_megapixels``: Pillow's own decompression-bomb limit (an error
+    above twice ``Image.MAX_IMAGE_PIXELS``, about 179 megapixels) is raised to it when lower (the caller checks
+    the size itself before decoding); None: the limit is lifted while the header is read (nothing may be decoded
+    then). Errors are :class:`ImageReadError` naming the file (``name``, the path, or the file object's name)."""
+    from PIL import Image, UnidentifiedImageError
+
+    label = _source_name(source, name)
+    register_image_plugins(label if name is not None or isinstance(source, (str, os.PathLike)) else None)
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            if os.path.getsize(source) == 0:
+                raise ImageReadError(label, "the file is empty (0 bytes)")
+        except OSError as exc:
+            raise ImageReadError(label, f"file not found or unreadable ({exc.strerror or exc})") from None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        if len(source) == 0:
+            raise ImageReadError(label, "the file is empty (0 bytes)")
+        source = io.BytesIO(bytes(source))
+    try:
+        with warnings.catch_warnings():
+            # the guard is max_megapixels, checked by the caller on the header before any pixel is decoded;
+            # Pillow's own limits (a warning above Image.MAX_IMAGE_PIXELS = 89.5 MP, an error above twice that)
+            # would refuse the 100+ MP photos of current phones below the documented 150 MP
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with _limit_lock:
+                saved = Image.MAX_IMAGE_PIXELS
+                if max_megapixels is None:
+                    Image.MAX_IMAGE_PIXELS = None
+                elif saved is not None and 2 * saved < max_megapixels * 1e6:
+                    Image.MAX_IMAGE_PIXELS = saved = int(max_megapixels * 1e6 / 2) + 1
+                try:
+                    img = Image.open(source)
+                finally:
+                    Image.MAX_IMAGE_PIXELS = saved
+    except UnidentifiedImageError:
+        raise ImageReadError(label, "not an image file (unknown format)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageReadError(label, f"too large: {exc}") from None
+    except OSError as exc:
+        raise ImageReadError(label, f"unreadable ({exc})") from None
+    with img:
+        yield img
+
+
+def exif_orientation(img) -> int:
+    """The EXIF orientation tag (1 to 8) of an opened Pillow image; 1 when absent or broken. (pillow-heif applies a
+    HEIC's orientation when decoding and reports 1.)"""
+    try:
+        orientation = int(img.getexif().get(0x0112, 1) or 1)
+    except Exception:  # noqa: BLE001 - a broken EXIF block must not prevent reading the pixels
+        return 1
+    return orientation if orientation in range(1, 9) else 1
+
+
+@contextlib.contextmanager
+def peek_image(source, *, name=None):
+    """:func:`opened` for a header only (``size``, ``mode``, ``format``, ``info``, ``getexif()``): Pillow's
+    decompression-bomb limit is lifted while the header is read; decode nothing from it."""
+    with opened(source, name=name, max_megapixels=None) as img:
+        yield img
+
+
+def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, min_side: int = 1,
+               draft: tuple[int, int] | None = None):
+    """Decode an image file: the one way the library, the CLI and the web page open a photo to show it.
+
+    Parameters
+    ----------
+    source : str, Path, bytes or binary file object
+        Any format of :data:`IMAGE_EXTENSIONS`, recognised by its content (an upload's temporary name does not
+        matter).
+    name : str or None
+        The name error messages give (an upload's own file name); default: the path or the file object's name.
+    max_megapixels : float
+        Images of more pixels (read from the header, before decoding) are refused: the decompression-bomb guard of
+        :func:`retrieval.features.image.load_image`.
+    min_side : int
+        Images whose smaller side is below this are refused.
+    draft : (int, int) or None
+        The size (after orientation) the caller needs at least: a JPEG is then decoded reduced by 2, 4 or 8 in its
+        decoder (Pillow's ``draft``), never below it (for thumbnails).
+
+    Returns
+    -------
+    PIL.Image.Image
+        The first frame (GIF, animated WebP), decoded, in its own mode (RGB, L, P, RGBA, CMYK, I;16, ...), with
+        the EXIF orientation applied; its ``format`` is the file's (``"JPEG"``, ``"HEIF"``, ``"AVIF"``, ...).
+
+    Raises
+    ------
+    ImageReadError
+        Empty, truncated, corrupt or non-image data, too many pixels, too small; the message names the file.
+    """
+    from PIL import ImageOps
+
+    label = _source_name(source, name)
+    with opened(source, name=label, max_megapixels=max_megapixels) as img:
+        fmt = img.format
+        w, h = img.size
+        if w * h > max_megapixels * 1e6:
+            raise ImageReadError(label, f"too large: {w}x{h} = {w * h / 1e6:.1f} megapixels, more than "
+                                        f"max_megapixels={max_megapixels} (decompression-bomb guard)")
+        if min(w, h) < min_side:
+            raise ImageReadError(label, f"too small: {w}x{h} pixels, expected at least min_side={min_side} "
+                                        f"pixels per side")
+        orientation = exif_orientation(img)
+        try:
+            if draft is not None and fmt in DRAFT_FORMATS and img.mode in DRAFT_MODES:
+                box = (draft[1], draft[0]) if orientation in (5, 6, 7, 8) else tuple(draft)
+                img.draft(img.mode, box)
+            img.load()   # the first frame
+            out = ImageOps.exif_transpose(img) if orientation != 1 else img.copy()
+        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise ImageReadError(label, f"corrupt or truncated image data ({exc})") from None
+    out.format = fmt
+    return out
