@@ -77,17 +77,13 @@ __all__ = ["KINDS", "DuplicateGroup", "DuplicatePair", "PairVerifier", "build_gr
 def pixel_digest(path) -> str | None:
     """Digest of the decoded pixels of an image file (RGB, with its size, after EXIF orientation): equal for byte
     copies and lossless re-encodings; None when the file cannot be decoded."""
-    from PIL import Image, ImageOps
-
-    from retrieval.features.image import ImageReadError, register_image_plugins
+    from retrieval.features.image import ImageReadError, open_image
 
     try:
-        register_image_plugins(path)
-        with Image.open(path) as im:
-            rgb = ImageOps.exif_transpose(im).convert("RGB")
-            return hashlib.blake2b(repr(rgb.size).encode() + rgb.tobytes(), digest_size=16).hexdigest()
-    except (OSError, ValueError, ImageReadError, Image.DecompressionBombError):
+        rgb = open_image(path).convert("RGB")
+    except (OSError, ImageReadError):
         return None
+    return hashlib.blake2b(repr(rgb.size).encode() + rgb.tobytes(), digest_size=16).hexdigest()
 
 
 def _largest(features, n: int):

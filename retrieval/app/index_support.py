@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retrieval.core.progress import callback_for, progress_bar
 from retrieval.engine.presets import preset_config
-from retrieval.features.image import IMAGE_EXTENSIONS, register_image_plugins
+from retrieval.features.image import exif_orientation, is_image_name, peek_image
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ class SyncReport:
 def walk_photos(folder, stats: dict | None = None) -> list[str]:
     """Image files under ``folder``, recursively, as sorted absolute paths.
 
-    Extensions :data:`retrieval.features.image.IMAGE_EXTENSIONS` in any case; names starting with ``.`` (hidden files and folders)
+    Names :func:`retrieval.features.image.is_image_name` accepts (the extensions of
+    :data:`~retrieval.features.image.IMAGE_EXTENSIONS`, in any case); names starting with ``.`` (hidden files and folders)
     are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
     and inode, is skipped, which breaks symlink loops). ``stats``: filled with each file's
     :func:`file_stat` (read once, by the walk: a sync then needs no other call per file).
@@ -77,7 +78,7 @@ def walk_photos(folder, stats: dict | None = None) -> list[str]:
             try:
                 if e.is_dir():   # follows a symbolic link to a folder
                     subdirs.append(e.path)
-                elif name.lower().endswith(IMAGE_EXTENSIONS) and e.is_file():
+                elif is_image_name(name) and e.is_file():
                     if stats is not None:
                         est = e.stat()   # follows a symbolic link
                         stats[e.path] = (int(est.st_size), float(est.st_mtime_ns) / 1e9)
@@ -95,15 +96,9 @@ def file_stat(path: str) -> tuple[int, float]:
 
 def image_meta(path: str) -> tuple[int, int, int]:
     """(width, height) after EXIF orientation, and the orientation tag, read from the header only."""
-    from PIL import Image
-
-    register_image_plugins(path)
-    with Image.open(path) as im:
+    with peek_image(path) as im:
         w, h = im.size
-        try:
-            orientation = int(im.getexif().get(0x0112, 1) or 1)
-        except Exception:  # noqa: BLE001 - a broken EXIF block is not an error for the catalog
-            orientation = 1
+        orientation = exif_orientation(im)   # 1 when the EXIF block is absent or broken
     if orientation in (5, 6, 7, 8):
         w, h = h, w
     return int(w), int(h), orientation

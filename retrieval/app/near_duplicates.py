@@ -208,10 +208,9 @@ def grey_thumbnail(path, side: int = PIXEL_SIDE):
     (a JPEG decoded reduced, by draft mode), and the factors from its full-size pixels to the thumbnail's."""
     from PIL import Image, ImageOps
 
-    from retrieval.features.image import register_image_plugins
+    from retrieval.features.image import opened
 
-    register_image_plugins(path)
-    with Image.open(path) as im:
+    with opened(path) as im:
         w0, h0 = im.size
         if im.getexif().get(0x0112, 1) in (5, 6, 7, 8):
             w0, h0 = h0, w0

@@ -23,10 +23,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import warnings
 from datetime import datetime
 
-from retrieval.features.image import register_image_plugins
+from retrieval.features.image import ImageReadError, peek_image
 
 KEEPER_RULE = ("resolution", "format", "oldest", "path")
 """The default keeper rule (module docstring): largest resolution, original format, oldest date, shortest path."""
@@ -87,10 +86,7 @@ def photo_facts(path) -> dict:
     try:
         _read_header(path, ext, facts)
     except Exception as exc:  # noqa: BLE001 - a bad file gives a reason, never an exception
-        from PIL import UnidentifiedImageError
-
-        reason = "not an image file (unknown format)" if isinstance(exc, UnidentifiedImageError) else (
-            f"unreadable ({getattr(exc, 'reason', None) or exc})")
+        reason = exc.reason if isinstance(exc, ImageReadError) else f"unreadable ({exc})"
         facts["error"] = " ".join(reason.split())
     return facts
 
@@ -99,17 +95,7 @@ def _read_header(path: str, ext: str, facts: dict) -> None:
     """Fill ``facts`` from the header Pillow reads when it opens ``path`` (size, format, EXIF)."""
     from PIL import Image
 
-    register_image_plugins(path)
-    with warnings.catch_warnings():
-        # only the header is read: Pillow's decompression-bomb limit (which refuses to open, not to decode) is
-        # lifted while opening, as retrieval.features.image.decode_cost does; nothing here decodes pixels
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
-        try:
-            im = Image.open(path)
-        finally:
-            Image.MAX_IMAGE_PIXELS = saved
-    with im:
+    with peek_image(path) as im:   # the header only: Pillow's decompression-bomb limit lifted, nothing decoded
         w, h = (int(v) for v in im.size)
         facts["format"] = ext[1:].upper() if ext in RAW_EXTENSIONS else (im.format or facts["format"])
         try:
