@@ -41,6 +41,7 @@ from retrieval.features.image_files import (  # noqa: F401 - the public names of
     HEIF_EXTENSIONS,
     IMAGE_EXTENSIONS,
     ImageReadError,
+    display_rgb,
     exif_orientation,
     is_image_name,
     open_image,

@@ -5,7 +5,8 @@ and the web page (folder walks, outside query files, thumbnails, uploads).
 - :func:`open_image`: a path, bytes or binary file -> a decoded Pillow image: the HEIC / HEIF and AVIF decoders
   registered, the pixel count checked on the header before any pixel is decoded, the first frame of an animation
   (GIF, WebP), the EXIF orientation applied;
-- :func:`peek_image`: the same opening, header only (size, format, EXIF), for callers that decode nothing.
+- :func:`peek_image`: the same opening, header only (size, format, EXIF), for callers that decode nothing;
+- :func:`display_rgb`: a decoded image in any mode -> the 8-bit RGB image a screen shows.
 
 Files are recognised by their content, not by their name: an upload in a temporary ``*.part`` file opens as well
 as ``IMG_0001.HEIC``. :func:`retrieval.features.image.load_image` (the features' gray working image) opens through
@@ -224,3 +225,28 @@ def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIX
             raise ImageReadError(label, f"corrupt or truncated image data ({exc})") from None
     out.format = fmt
     return out
+
+
+def display_rgb(img):
+    """A Pillow image in any mode -> an 8-bit RGB image that looks like the original on screen (thumbnails,
+    galleries): 16-bit and 32-bit gray scaled to 8 bits (as :func:`retrieval.features.image.load_image` sees
+    them), transparency composited onto white, CMYK through Pillow's CMYK -> RGB."""
+    import numpy as np
+    from PIL import Image
+
+    mode = img.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        arr = np.asarray(img, dtype=np.float64)
+        if mode.startswith("I;16"):
+            top = 65535.0
+        elif mode == "F":
+            top = 1.0 if arr.max(initial=0) <= 1.0 else 255.0
+        else:   # 32-bit integer mode: Pillow opens 16-bit gray PNG / TIFF into it
+            top = 65535.0 if arr.max(initial=0) > 255 else 255.0
+        gray = np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
+        return Image.fromarray(gray, "L").convert("RGB")
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
