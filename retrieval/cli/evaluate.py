@@ -9,6 +9,7 @@ import click
 
 from retrieval.cli.groups import bench, data, eval_
 from retrieval.cli.options import json_option, workers_option
+from retrieval.cli.suggest import check_preset_name
 
 PROTOCOLS = ("holidays", "oxford5k", "paris6k", "roxford5k", "rparis6k")
 
@@ -189,6 +190,7 @@ def eval_run(ctx, dataset, root, spec, database, preset, train_root, distractors
     from retrieval.app.evaluate import crops_dataset, groups_dataset, run_benchmark
     from retrieval.datasets import load_dataset
 
+    check_preset_name(preset)
     if dataset == "groups":
         if spec is None:
             raise click.UsageError("'eval run groups' needs --spec FILE.json.")

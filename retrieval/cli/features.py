@@ -12,6 +12,7 @@ import click
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import (
     PICTURE_FORMATS,
+    box_option,
     check_image_file,
     check_output_extension,
     deprecated_alias,
@@ -102,8 +103,7 @@ def extract_cmd(image, detector, max_side, params, out, as_json):
               help="Verify the pair as the index's searches do: IMAGE_B an indexed image (path or id), both sides "
                    "the index's features, its preset's ratio and threshold -- the verdict, inliers and box "
                    "IMAGE_B gets in IMAGE_A's ranked list (the options above are then ignored).")
-@click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
-              help="With --index: the query box in IMAGE_A (pixels of the original image after EXIF rotation).")
+@box_option("With --index: the query box in IMAGE_A (pixels of the original image after EXIF rotation).")
 @format_options(json_help="Same as --format json: {verified, reason, n_features, tentative, inliers, homography, "
                           "params, image_a, image_b, seconds, out}.", dest="output")
 @click.pass_context

@@ -15,6 +15,7 @@ import sys
 import click
 
 from retrieval._version import __version__
+from retrieval.cli.suggest import unknown_command, unknown_option
 
 
 def _root_obj(ctx) -> dict:
@@ -57,9 +58,33 @@ def quiet_requested(ctx) -> bool:
     return bool(_root_obj(ctx).get("quiet"))
 
 
+class RetrievalCommand(click.Command):
+    """A command whose unknown options get one line naming the closest ones (:mod:`retrieval.cli.suggest`)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise unknown_option(self, ctx, exc.option_name) from None
+
+
 class RetrievalGroup(click.Group):
-    """A group that turns library errors (ValueError, OSError) into one clear line instead of a traceback, and
-    gives every command below it ``-q`` / ``-v``."""
+    """A group that turns library errors (ValueError, OSError) into one clear line instead of a traceback, gives
+    every command below it ``-q`` / ``-v``, and answers a mistyped command or option with the closest ones."""
+
+    command_class = RetrievalCommand
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise unknown_option(self, ctx, exc.option_name) from None
+
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.NoSuchCommand:
+            raise unknown_command(self, ctx, click.utils.make_str(args[0])) from None
 
     def add_command(self, cmd, name=None):
         if not isinstance(cmd, click.Group):

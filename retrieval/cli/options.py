@@ -47,6 +47,28 @@ def workers_option(help: str = "Extraction processes (default: all cores)."):
     return click.option("--workers", type=click.IntRange(1), default=None, help=help)
 
 
+def box_option(help: str):
+    """``--bbox X1,Y1,X2,Y2``: a box in pixels, its 4 numbers separated by commas or spaces (``90,160,285,300``,
+    ``"90 160 285 300"``, ``"90, 160, 285, 300"``), checked as soon as it is given (one line naming it and
+    saying what is expected); the command receives the text as given (:func:`retrieval.features.parse_box`
+    reads it)."""
+
+    def check(ctx, param, value):
+        if value is None:
+            return None
+        from retrieval.features import parse_box
+
+        try:
+            parse_box(value)
+        except ValueError as exc:
+            raise click.ClickException(f"--bbox: {exc}") from None
+        return value
+
+    return click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2", callback=check,
+                        help=f"{help} Four numbers separated by commas or spaces: 90,160,285,300 or "
+                             f"\"90 160 285 300\".")
+
+
 def int_list(text: str, option: str = "--bits") -> list[int]:
     """``"32,64"`` -> ``[32, 64]``; a usage error naming ``option`` unless every item is a positive integer."""
     try:

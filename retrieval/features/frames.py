@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from retrieval.features.types import LocalFeatures
 
+BOX_EXPECTED = ("box must be 4 finite numbers x1,y1,x2,y2 (left, top, right, bottom, in pixels) separated by "
+                "commas or spaces, e.g. '90,160,285,300' or '90 160 285 300'")
+"""What :func:`parse_box` expects, as its errors say it."""
+
 
 def parse_box(box) -> tuple[float, float, float, float]:
-    """Parse ``x1,y1,x2,y2`` (a string or 4 numbers, original pixels) into floats with x1 <= x2, y1 <= y2."""
+    """Parse ``x1,y1,x2,y2`` (a string of 4 numbers separated by commas and/or spaces -- ``"90,160,285,300"``,
+    ``"90 160 285 300"``, ``"90, 160, 285, 300"`` -- or 4 numbers; original pixels) into floats with x1 <= x2,
+    y1 <= y2."""
     if isinstance(box, str):
-        parts = box.replace(" ", "").split(",")
+        parts = re.split(r"\s*,\s*|\s+", box.strip())
         try:
             vals = [float(p) for p in parts]
         except ValueError:
-            raise ValueError(f"box must be 'x1,y1,x2,y2' (numbers); got {box!r}.") from None
+            raise ValueError(f"{BOX_EXPECTED}; got {box!r}.") from None
     else:
         vals = [float(v) for v in np.asarray(box, dtype=np.float64).ravel()]
     if len(vals) != 4 or not np.all(np.isfinite(vals)):
-        raise ValueError(f"box must be 4 finite numbers x1,y1,x2,y2; got {box!r}.")
+        raise ValueError(f"{BOX_EXPECTED}; got {box!r}.")
     x1, y1, x2, y2 = vals
     if x2 < x1 or y2 < y1:
-        raise ValueError(f"box must satisfy x1 <= x2 and y1 <= y2; got {box!r}.")
+        raise ValueError(f"box must satisfy x1 <= x2 and y1 <= y2 (left, top, right, bottom); got {box!r}.")
     return x1, y1, x2, y2
 
 

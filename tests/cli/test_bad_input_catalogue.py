@@ -109,7 +109,7 @@ def test_exif_orientation_is_applied(world):
     (["index", "{d}/other", "--index", "{d}/i"], 1, "--add-root"),
     (["index", "{photos}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
     (["query", "{q}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
-    (["index", "{photos}", "--index", "{d}/i2", "--preset", "nosuch"], 1, "nosuch"),
+    (["index", "{photos}", "--index", "{d}/i2", "--preset", "nosuch"], 2, "nosuch"),
 ])
 def test_bad_arguments_are_one_line(world, tmp_path, args, code, message):
     d, photos, pool, _ = world
