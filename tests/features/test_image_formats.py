@@ -32,7 +32,7 @@ def photo(w=64, h=48) -> Image.Image:
 
 
 def heif():
-    import pillow_heif   # a dependency of the package (pyproject.toml)
+    import pillow_heif  # a dependency of the package (pyproject.toml)
 
     pillow_heif.register_heif_opener()
 
