@@ -1,5 +1,10 @@
 """The JSON API (``/api/...``; the OpenAPI page ``/docs`` documents it). Hits have the schema of
-``retrieval query --json`` (:meth:`retrieval.engine.hits.Hit.to_json`)."""
+``retrieval query --json`` (:meth:`retrieval.engine.hits.Hit.to_json`).
+
+Photos are named by their catalog id only: no route takes a path. The routes that send a photo's pixels (the
+original, the thumbnails) answer only the server's own pages, scripts and typed URLs: a request a browser sends for
+a page of another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``) is refused (403).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 
 from retrieval.features import parse_box
+from retrieval.web.originals import content_disposition
 from retrieval.web.service import MAX_K, Service
 from retrieval.web.uploads import INCOMING, ApiError, discard, receive
 
@@ -26,6 +32,13 @@ def service_of(request: Request) -> Service:
 async def run(executor, fn, *args, **kwargs):
     """Run ``fn`` in ``executor`` (the search pool or the writer thread) without blocking the event loop."""
     return await asyncio.wrap_future(executor.submit(fn, *args, **kwargs))
+
+
+def own_pages_only(request: Request, what: str) -> None:
+    """ApiError 403 when a browser asks for ``what`` for a page of another site (module docstring)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.lower() not in ("same-origin", "none"):
+        raise ApiError(403, f"{what} is only shown on this server's own pages (Sec-Fetch-Site: {site[:40]}).")
 
 
 def parse_box_field(box: str | None):
@@ -84,13 +97,34 @@ def images(request: Request,
            before: Annotated[str | None, Query(description="the 'prev' cursor of the following page")] = None,
            offset: Annotated[int | None, Query(ge=0, description="rows to skip (instead of a cursor)")] = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 60,
-           q: Annotated[str | None, Query(description="only paths containing this (case-insensitive)")] = None):
-    """`{generation, total, limit, q, next, prev, offset?, images: [{id, path, width, height, n_features, status,
-    hash, size, uploaded}]}`, ordered by id. Page with the opaque cursors: `next` (null on the last page) as
+           q: Annotated[str | None, Query(description="only paths containing this (case- and accent-insensitive: "
+                                                      "ete finds été)")] = None,
+           folder: Annotated[str | None, Query(description="only the photos of this folder (a 'path' of GET "
+                                                           "/api/folders); with q, of its sub-folders too")] = None):
+    """`{generation, total, limit, q, folder, next, prev, offset?, images: [{id, path, width, height, n_features,
+    status, hash, size, uploaded}]}`, ordered by id. Page with the opaque cursors: `next` (null on the last page) as
     `after`, `prev` (null on the first page) as `before`; a page asked by cursor never repeats nor skips an image
     when images are added or removed meanwhile, and costs the same wherever it is. `offset` still works (it
     costs more the further it goes)."""
-    return service_of(request).images(after=after, before=before, offset=offset, limit=limit, q=q)
+    return service_of(request).images(after=after, before=before, offset=offset, limit=limit, q=q, folder=folder)
+
+
+@router.get("/folders", summary="The folders of the indexed photos")
+def folders(request: Request):
+    """`{generation, folders: [{path, name, parent, photos, total, children}]}`, parents before their children:
+    `path` is the folder's name relative to the folder the index follows that holds it, starting with that
+    folder's own name (`Pictures/été`); `photos` are in the folder itself, `total` in it and its sub-folders."""
+    index = service_of(request).folders.current()
+    out = []
+
+    def walk(folder):
+        out.append(folder.to_json())
+        for child in folder.children:
+            walk(index.folders_by_path[child])
+
+    for top in index.top():
+        walk(top)
+    return {"generation": index.generation, "folders": out}
 
 
 @router.get("/images/{image_id}", summary="One image of the catalog")
@@ -98,17 +132,47 @@ def image(request: Request, image_id: int):
     return service_of(request).image(image_id)
 
 
+@router.get("/images/{image_id}/facts", summary="What the information panel shows about a photo")
+def facts(request: Request, image_id: int):
+    """`{id, path, name, folder, width, height, megapixels, bytes, format, content_type, date, camera, modified,
+    orientation, orientation_text, n_features, hash, error}`: width and height after the EXIF orientation (the
+    index applies it), the date the photo was taken and the camera from its EXIF header (null when absent), the
+    features the index keeps for it."""
+    return service_of(request).facts(image_id)
+
+
+@router.get("/images/{image_id}/original", summary="The original file of a photo, as it is",
+            response_class=FileResponse)
+def original(request: Request, image_id: int,
+             download: Annotated[bool, Query(description="true: as an attachment (a download); false: "
+                                                              "shown in the browser")] = False):
+    """The file of the catalog row `image_id`, byte for byte, with its content type (`image/heic` for a HEIC
+    photo) and its file name (`Content-Disposition`, with `filename*` for a name that is not plain ASCII).
+    The only parameter is `download`: a photo is never chosen by a path."""
+    unknown = sorted(set(request.query_params) - {"download", "token"})
+    if unknown:
+        raise ApiError(400, f"unknown parameter {unknown[0]!r}: a photo is chosen by its id in the URL only "
+                            f"(parameters: download).")
+    own_pages_only(request, f"the original of image {image_id}")
+    path, name, ctype = service_of(request).original(image_id)
+    return FileResponse(path, media_type=ctype, headers={
+        "Content-Disposition": content_disposition(name, attachment=download),
+        "Cache-Control": "private, no-cache"})
+
+
 @router.get("/images/{image_id}/thumbnail", summary="A JPEG thumbnail (EXIF orientation applied)",
             response_class=FileResponse)
 def thumbnail(request: Request, image_id: int,
               size: Annotated[str, Query(description="small (320 px) or large (1024 px)")] = "small"):
+    own_pages_only(request, f"the thumbnail of image {image_id}")
     path = service_of(request).thumbnail(image_id, size)
     return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})
 
 
 @router.post("/images", status_code=201, summary="Add an uploaded image to the index")
 async def add_image(request: Request, image: Annotated[UploadFile, File(description="an image file")]):
-    """Decoded and checked first, then stored under the index's `uploads/` folder and indexed (a new generation;
+    """Decoded and checked first, then stored under the index's `uploads/` folder with the upload's own file name
+    (its last part; ` (2)` before the extension when the name is taken) and indexed (a new generation;
     searches keep reading the previous one meanwhile). 201 with the new record, or 200 when the same content is
     already indexed; 409 while another `retrieval index` is writing."""
     svc = service_of(request)

@@ -33,7 +33,9 @@ from retrieval.web.uploads import ApiError
 logger = logging.getLogger(__name__)
 
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "docs.js": "text/javascript; charset=utf-8",
-                "duplicates.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+                "duplicates.js": "text/javascript; charset=utf-8", "grid.js": "text/javascript; charset=utf-8",
+                "match.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8",
+                "favicon.svg": "image/svg+xml"}
 """The only static files served (by name from this fixed list, never by a path from the request)."""
 SWAGGER_FILES = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
                  "favicon.png": "image/png"}
@@ -149,6 +151,11 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
             raise ApiError(404, f"no static file {name!r}.")
         data = resources.files("retrieval.web").joinpath("static", name).read_bytes()
         return Response(data, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon():
+        """The icon (an SVG file, which browsers take under this name too)."""
+        return static("favicon.svg")
 
     @app.get("/docs", include_in_schema=False)
     def docs():

@@ -11,6 +11,9 @@
   next generation is built apart and published at once: searches keep reading the last published one meanwhile.
 - Duplicates (:mod:`retrieval.web.duplicates`): the groups are computed once per generation, one computation at a
   time; actions on them and their undos are writes (the writer thread).
+- Folders and the accent-insensitive filter (:mod:`retrieval.web.folders`): the photos' folders are read once per
+  generation too; a page of a folder, or filtered, is cut from them.
+- Originals (:mod:`retrieval.web.originals`): a photo's file is found by its catalog id only.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from retrieval.app.index import Index
 from retrieval.app.matches import match_record
+from retrieval.app.photo_facts import photo_facts
 from retrieval.engine.presets import preset_config
 from retrieval.features.image import ImageReadError, decode_cost
 from retrieval.web.budget import DecodeBudget, default_budget_mb
 from retrieval.web.duplicates import ServedDuplicates
+from retrieval.web.folders import ServedFolders
+from retrieval.web.originals import content_type, photo_record
 from retrieval.web.thumbs import SIDES, SourceUnreadable, ThumbnailCache
 from retrieval.web.uploads import (
     UPLOADS,
@@ -122,6 +129,7 @@ class Service:
         if cluster is not None:
             self.index.use_cluster(cluster)
         self.duplicates = ServedDuplicates(self)   # the duplicate groups, kept per generation
+        self.folders = ServedFolders(self)   # the photos' folders, kept per generation
 
     # ------------------------------------------------------------------ decoding within the budget
     def decoding(self, path, what: str, max_side=None):
@@ -201,27 +209,50 @@ class Service:
                 "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes}
 
     def images(self, *, after: str | None = None, before: str | None = None, offset: int | None = None,
-               limit: int = 60, q: str | None = None) -> dict:
-        """A page of the indexed images (ordered by id), optionally only those whose path contains ``q``
-        (case-insensitive): by keyset, ``after`` / ``before`` being the opaque ``next`` / ``prev`` cursor of
-        another page (:meth:`Catalog.page <retrieval.app.catalog.Catalog.page>`: no row shown twice or skipped
-        when images are added or removed between pages), or by ``offset`` (older callers). ``total`` counts
-        every matching image (the catalog's counts without ``q``)."""
+               limit: int = 60, q: str | None = None, folder: str | None = None) -> dict:
+        """A page of the indexed images (ordered by id), optionally only those of ``folder`` (a folder name of
+        :mod:`retrieval.web.folders`; with ``q``, its sub-folders too) whose path contains ``q`` (case- and
+        accent-insensitive: ``ete`` finds ``été``): by keyset, ``after`` / ``before`` being the opaque ``next`` /
+        ``prev`` cursor of another page (:meth:`Catalog.page <retrieval.app.catalog.Catalog.page>`: no row shown
+        twice or skipped when images are added or removed between pages), or by ``offset`` (older callers).
+        ``total`` counts every matching image (the catalog's counts without ``q`` nor ``folder``)."""
         if sum(x is not None for x in (after, before, offset)) > 1:
             raise ApiError(400, "give at most one of after, before and offset.")
-        page = self.local().catalog.page(
-            limit=int(limit), offset=offset, contains=q or None,
-            after=None if after is None else decode_cursor(after, "after"),
-            before=None if before is None else decode_cursor(before, "before"))
+        cursors = {"after": None if after is None else decode_cursor(after, "after"),
+                   "before": None if before is None else decode_cursor(before, "before")}
+        q = q if q and q.strip() else None
+        if q is None and not folder:
+            page = self.local().catalog.page(limit=int(limit), offset=offset, **cursors)
+        else:
+            page = self.folders.page(folder=folder or None, q=q, limit=int(limit), offset=offset, **cursors)
         rows = page.rows
         return {"generation": page.generation, "total": page.total, "limit": limit, "q": q or "",
-                **({"offset": offset} if offset is not None else {}),
+                "folder": folder or None, **({"offset": offset} if offset is not None else {}),
                 "next": encode_cursor(rows[-1]["id"]) if page.more_after else None,
                 "prev": encode_cursor(rows[0]["id"]) if rows and page.more_before else None,
                 "images": [_public_row(r, self.uploads) for r in rows]}
 
     def image(self, image_id: int) -> dict:
         return _public_row(self._row(image_id, indexed=False), self.uploads)
+
+    def facts(self, image_id: int) -> dict:
+        """The information panel of an indexed photo (:func:`retrieval.web.originals.photo_record`): its header
+        read now (no pixel decoded), its catalog row and its folder."""
+        row = self._row(image_id)
+        index = self.folders.current()
+        pos = int(np.searchsorted(index.ids, int(image_id)))
+        folder = index.folders[pos] if pos < len(index.ids) and index.ids[pos] == int(image_id) else None
+        return photo_record(row, photo_facts(row["path"]), folder)
+
+    def original(self, image_id: int) -> tuple[Path, str, str]:
+        """(file, file name, content type) of an indexed photo's original, found by its catalog id; ApiError 404
+        when the id is unknown or the file is gone."""
+        row = self._row(image_id)
+        path = Path(row["path"])
+        if not path.is_file():
+            raise ApiError(404, f"image {image_id} ({row['path']}) is no longer on disk; run 'retrieval index' to "
+                                f"update the index.")
+        return path, path.name, content_type(path)
 
     def thumbnail(self, image_id: int, size: str) -> Path:
         if size not in SIDES:
@@ -266,7 +297,8 @@ class Service:
 
     # ------------------------------------------------------------------ writes (the writer thread)
     def add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
-        """Store a checked upload under ``INDEX/uploads`` and index it (:meth:`Index.add`: that file alone; the
+        """Store a checked upload under ``INDEX/uploads`` with the file name ``name`` the client gave
+        (:func:`retrieval.web.uploads.store_upload`) and index it (:meth:`Index.add`: that file alone; the
         uploads folder is followed by the index like its photo folder). Returns (record, added); an image whose content is already indexed is not
         stored again (added False). Interrupted uploads (``*.part``) are removed after each add."""
         try:
@@ -284,7 +316,7 @@ class Service:
             discard(checked.path)
             raise ApiError(409, f"{self.path} follows no folder (it was built from a list of files): an upload "
                                 f"cannot be added to it.")
-        dest = store_upload(checked, self.uploads)
+        dest = store_upload(checked, self.uploads, name)
         if str(dest) in idx.excluded:
             idx.include([dest])
         try:

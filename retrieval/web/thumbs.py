@@ -1,10 +1,11 @@
 """Thumbnails of indexed images, generated once and cached in the index folder.
 
 ``INDEX/thumbs/<content hash>-<side>.jpg``: keyed by the content hash of the catalog (a changed file gets a new
-thumbnail, a moved one keeps it), written atomically. The EXIF orientation is applied (so boxes in original pixels
-after EXIF rotation land where they belong); 16-bit gray is scaled by 255 / 65535 and 16-bit colour keeps its
-high byte; CMYK goes through Pillow's CMYK -> RGB; transparency is composited onto white (as the features see it,
-:mod:`retrieval.features.image`).
+thumbnail, a moved one keeps it), written atomically. Photos are opened as the index opens them
+(:mod:`retrieval.features.image_files`: every format of the index, HEIC and AVIF included, recognised by content).
+The EXIF orientation is applied (so boxes in original pixels after EXIF rotation land where they belong); 16-bit
+gray is scaled by 255 / 65535 and 16-bit colour keeps its high byte; CMYK goes through Pillow's CMYK -> RGB;
+transparency is composited onto white (as the features see it).
 """
 
 from __future__ import annotations
@@ -14,46 +15,26 @@ import io
 import os
 from pathlib import Path
 
-import numpy as np
-
 from retrieval.core.persistence import atomic_write
+from retrieval.features.image_files import display_rgb, open_image
 
 SIDES = {"small": 320, "large": 1024}
 """Thumbnail sizes by name: the longest side in pixels (the grid and the result list; the query and match views)."""
 
 
-def to_display_rgb(im):
-    """A Pillow image in any mode -> an 8-bit RGB image that looks like the original on screen."""
-    from PIL import Image
-
-    mode = im.mode
-    if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
-        arr = np.asarray(im, dtype=np.float64)
-        if mode.startswith("I;16"):
-            top = 65535.0
-        elif mode == "F":
-            top = 1.0 if arr.max(initial=0) <= 1.0 else 255.0
-        else:   # 32-bit integer mode: Pillow opens 16-bit gray PNG / TIFF into it
-            top = 65535.0 if arr.max(initial=0) > 255 else 255.0
-        gray = np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
-        return Image.fromarray(gray, "L").convert("RGB")
-    if mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info:
-        rgba = im.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return im.convert("RGB")   # CMYK, YCbCr, L, P, 1, RGB (16-bit RGB opens as 8-bit RGB)
+THUMBNAIL_MAX_MEGAPIXELS = 1000.0
+"""The pixel guard of a thumbnail's decode: any photo the index holds (its memory is bounded by the server's decode
+budget, reserved before, :mod:`retrieval.web.budget`)."""
 
 
 def render_thumbnail(path, side: int, quality: int = 85) -> bytes:
-    """JPEG bytes of the image at ``path``: EXIF orientation applied, display colours, longest side at most
-    ``side`` (never enlarged)."""
-    from PIL import Image, ImageOps
+    """JPEG bytes of the image at ``path``: opened like every photo (:func:`retrieval.features.image_files.open_image`:
+    any format of the index, HEIC included, recognised by content; a JPEG decoded reduced, never below ``side``),
+    EXIF orientation applied, display colours (:func:`~retrieval.features.image_files.display_rgb`), longest side
+    at most ``side`` (never enlarged). Raises ImageReadError (a ValueError) when the file cannot be read."""
+    from PIL import Image
 
-    with Image.open(path) as im:
-        if im.format == "JPEG" and im.mode in ("L", "RGB"):
-            im.draft(im.mode, (side, side))   # decode at a reduced scale (never below the requested size)
-        im = ImageOps.exif_transpose(im)
-        rgb = to_display_rgb(im)
+    rgb = display_rgb(open_image(path, max_megapixels=THUMBNAIL_MAX_MEGAPIXELS, draft=(side, side)))
     rgb.thumbnail((side, side), Image.Resampling.LANCZOS)
     buf = io.BytesIO()
     rgb.save(buf, format="JPEG", quality=quality)

@@ -1,9 +1,14 @@
 """Uploaded images: received into a temporary file with a size limit, decoded and checked with the same guards as
 the CLI (:func:`retrieval.features.load_image`: pixel count, smallest side, corrupt data) before anything is kept.
 
-An image added to the index is then moved to ``INDEX/uploads/<content hash><extension>`` (a folder the index owns and
-follows, so a later ``retrieval index PHOTO_DIR`` keeps it); a query upload lives only in a temporary file for the
-duration of its search.
+An image added to the index is then moved to ``INDEX/uploads/<its file name>`` (a folder the index owns and
+follows, so a later ``retrieval index PHOTO_DIR`` keeps it): the name the client gave, reduced to its last part
+(:func:`upload_name`: no folder, no control character, no leading dot), with the extension of its format when it
+has another one, and `` (2)``, `` (3)``, ... before the extension when a file of that name is already there. A
+query upload lives only in a temporary file for the duration of its search.
+
+Every format of the index is recognised by its content (:mod:`retrieval.features.image_files`): a HEIC upload opens
+from its temporary ``*.part`` file.
 """
 
 from __future__ import annotations
@@ -11,16 +16,27 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrieval.features.image import FORMAT_EXTENSIONS, ImageReadError, load_image, register_image_plugins
+from retrieval.features.image import (
+    FORMAT_EXTENSIONS,
+    IMAGE_EXTENSIONS,
+    ImageReadError,
+    load_image,
+    register_image_plugins,
+)
 from retrieval.features.store import file_hash
 
 UPLOADS = "uploads"
 """The folder of the index that holds the images added through the API."""
 
 CHUNK = 1 << 20
+MAX_NAME_BYTES = 200
+"""The longest stored file name of an upload (UTF-8 bytes; file systems allow 255)."""
+SAME_EXTENSION = {".jpeg": ".jpg", ".jpe": ".jpg", ".tiff": ".tif", ".heif": ".heic", ".pgm": ".ppm"}
+"""Extensions that name the same format as the one :data:`FORMAT_EXTENSIONS` gives (an upload keeps its own)."""
 
 
 class ApiError(Exception):
@@ -102,13 +118,47 @@ def check_image(path, name: str, *, max_megapixels: float, min_side: int) -> Che
     return CheckedImage(Path(path), fmt, img.original_size, file_hash(path))
 
 
-def store_upload(checked: CheckedImage, folder) -> Path:
-    """Move a checked upload to ``folder/<hash><extension>`` (same file system: a rename); returns the path."""
+def upload_name(name: str | None, extension: str) -> str:
+    """The file name an upload called ``name`` by the client is stored under (before collisions): its last part
+    (after any ``/`` or ``\\``), NFC, without control or format characters (bidirectional overrides included),
+    without leading dots and spaces, at most :data:`MAX_NAME_BYTES` bytes; it keeps its extension when that names
+    the format ``extension`` names (``IMG_1.HEIC``), the extension of another image format is replaced by
+    ``extension``, any other name gets ``extension`` appended; ``upload<extension>`` when nothing is left."""
+    text = unicodedata.normalize("NFC", str(name or "")).replace("\\", "/").rsplit("/", 1)[-1]
+    text = "".join(c for c in text if unicodedata.category(c)[0] != "C").strip().lstrip(". ").strip()
+    stem, ext = os.path.splitext(text)
+    if SAME_EXTENSION.get(ext.lower(), ext.lower()) != extension:
+        if ext.lower() in IMAGE_EXTENSIONS:
+            text = stem
+        stem, ext = text, extension
+    while stem and len((stem + ext).encode("utf-8")) > MAX_NAME_BYTES:
+        stem = stem[:-1]
+    return (stem.rstrip() or "upload") + ext
+
+
+def store_upload(checked: CheckedImage, folder, name: str | None = None) -> Path:
+    """Move a checked upload to ``folder/<name>`` (:func:`upload_name`; `` (2)``, `` (3)``, ... before the
+    extension when that name is taken; never replaces a file), on the same file system; returns the path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{checked.hash}{checked.extension}"
-    os.replace(checked.path, final)
-    return final
+    wanted = upload_name(name, checked.extension)
+    stem, ext = os.path.splitext(wanted)
+    for n in range(1, 10_000):
+        final = folder / (wanted if n == 1 else f"{stem} ({n}){ext}")
+        try:
+            os.link(checked.path, final)   # fails when the name is taken: no file is ever replaced
+        except FileExistsError:
+            continue
+        except OSError:   # a file system without hard links: claim the name, then move the file onto it
+            try:
+                os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                continue
+            os.replace(checked.path, final)
+            return final
+        os.unlink(checked.path)
+        return final
+    raise ApiError(409, f"upload {name!r}: {folder} already holds 10,000 files of that name.")
 
 
 INCOMING = ".incoming"

@@ -261,7 +261,7 @@ def test_add_then_delete_is_reflected_by_searches(served):
     assert r.status_code == 201, r.text
     rec = r.json()["image"]
     assert r.json()["added"] and rec["uploaded"] and Path(rec["path"]).parent == index.resolve() / "uploads"
-    assert Path(rec["path"]).name == f"{rec['hash']}.jpg" and (rec["width"], rec["height"]) == canvas.size
+    assert Path(rec["path"]).name == "new box.jpg" and (rec["width"], rec["height"]) == canvas.size   # its own name
     new_id = rec["id"]
     again = client.post("/api/images", files={"image": ("copy.jpg", buf.getvalue(), "image/jpeg")})
     assert again.status_code == 200 and again.json()["image"]["id"] == new_id and not again.json()["added"]

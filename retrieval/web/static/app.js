@@ -1,4 +1,5 @@
-// retrieval web pages: box drawing, search, results with matched boxes, the match view. Plain JavaScript, no build.
+// retrieval web pages: shared helpers, keys, the query page (box drawing, search, results with matched boxes; the
+// match view of static/match.js opens over it). Plain JavaScript, no build.
 "use strict";
 
 var SVGNS = "http://www.w3.org/2000/svg";
@@ -32,57 +33,20 @@ function postForm(url, fd) { return request("POST", url, fd); }
 
 function boxString(b) { return b.map(function (v) { return v.toFixed(1); }).join(","); }
 
-// ---------------------------------------------------------------- the match view
-function showMatch(section, fd, aHref, bHref) {
-  section.hidden = false;
-  section.textContent = "matching…";
-  section.removeAttribute("data-lines");
-  return postForm("/api/match", fd).then(function (m) {
-    var H = 420, gap = 16;
-    var wa = m.a.size[0], ha = m.a.size[1], wb = m.b.size[0], hb = m.b.size[1];
-    var sa = H / ha, sb = H / hb, offB = wa * sa + gap, W = offB + wb * sb;
-    var svg = svgEl("svg", {viewBox: "0 0 " + W + " " + H, "class": "matchview", width: "100%"});
-    svg.appendChild(svgEl("image", {href: aHref, x: 0, y: 0, width: wa * sa, height: H, preserveAspectRatio: "none"}));
-    svg.appendChild(svgEl("image", {href: bHref, x: offB, y: 0, width: wb * sb, height: H, preserveAspectRatio: "none"}));
-    if (m.a.box) {
-      var q = m.a.box;
-      svg.appendChild(svgEl("rect", {"class": "qbox", x: q[0] * sa, y: q[1] * sa, width: (q[2] - q[0]) * sa,
-                                     height: (q[3] - q[1]) * sa}));
-    }
-    if (m.box_in_b) {
-      svg.appendChild(svgEl("polygon", {"class": "mbox", points: m.box_in_b.map(function (p) {
-        return (offB + p[0] * sb) + "," + (p[1] * sb); }).join(" ")}));
-    }
-    for (var i = 0; i < m.points_a.length; i++) {
-      var pa = m.points_a[i], pb = m.points_b[i];
-      svg.appendChild(svgEl("line", {"class": "corr", x1: pa[0] * sa, y1: pa[1] * sa, x2: offB + pb[0] * sb,
-                                     y2: pb[1] * sb}));
-    }
-    var cap = document.createElement("p");
-    cap.className = "meta";
-    cap.textContent = (m.verified ? "verified: " + m.inliers + " inliers" : "not verified (" + m.reason + ")") +
-      " · " + m.tentative + " tentative matches · features " + m.n_features[0] + " / " + m.n_features[1] +
-      " · " + baseName(m.b.path);
-    var title = document.createElement("h2");
-    title.textContent = "Match view: query (left) and result (right), inlier correspondences";
-    section.textContent = "";
-    section.appendChild(title);
-    section.appendChild(cap);
-    section.appendChild(svg);
-    section.setAttribute("data-verified", String(m.verified));
-    section.setAttribute("data-lines", String(m.points_a.length));
-    return m;
-  }).catch(function (e) { section.textContent = "error: " + e.message; section.setAttribute("data-error", e.message); });
-}
-
-function retrievalMatchPage() {
-  var s = document.getElementById("match");
-  var fd = new FormData();
-  fd.append("a_id", s.dataset.a);
-  fd.append("b_id", s.dataset.b);
-  if (s.dataset.box) { fd.append("box", s.dataset.box); }
-  showMatch(s, fd, "/api/images/" + s.dataset.a + "/thumbnail?size=large",
-            "/api/images/" + s.dataset.b + "/thumbnail?size=large");
+// ---------------------------------------------------------------- keys
+// handlers: {next, prev, open, close, filter}; j / → next, k / ← previous, Enter open, Esc close, / filter. Keys typed
+// in a text field are left alone (but Esc).
+function onKeys(handlers) {
+  document.addEventListener("keydown", function (ev) {
+    if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.defaultPrevented) { return; }
+    var t = ev.target, typing = t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" ||
+                                      t.isContentEditable);
+    var name = ev.key === "Escape" ? "close" : typing ? null :
+      (ev.key === "j" || ev.key === "ArrowRight") ? "next" : (ev.key === "k" || ev.key === "ArrowLeft") ? "prev" :
+      ev.key === "Enter" ? "open" : ev.key === "/" ? "filter" : null;
+    if (!name || !handlers[name]) { return; }
+    if (handlers[name](ev) !== false) { ev.preventDefault(); }
+  });
 }
 
 // ---------------------------------------------------------------- the query page
@@ -152,21 +116,34 @@ function retrievalQueryPage() {
     var f = ev.target.files[0];
     if (!f) { return; }
     if (state.fileUrl) { URL.revokeObjectURL(state.fileUrl); }
-    state.file = f; state.id = null; state.box = null; state.fileUrl = URL.createObjectURL(f);
-    img.onload = function () { state.w = img.naturalWidth; state.h = img.naturalHeight; render(); };
+    state.file = f; state.id = null; state.box = null; state.w = state.h = 0; state.fileUrl = URL.createObjectURL(f);
+    var ph = document.getElementById("placeholder");
+    img.onload = function () {
+      state.w = img.naturalWidth; state.h = img.naturalHeight; img.hidden = false;
+      if (ph) { ph.hidden = true; }
+      render();
+    };
+    img.onerror = function () {   // HEIC and other formats a browser does not draw: searched and added all the same
+      img.hidden = true;
+      if (ph) {
+        ph.hidden = false;
+        ph.textContent = f.name + ": this browser cannot show this file (no box can be drawn); it can be searched " +
+          "with and added to the index all the same.";
+      }
+    };
     img.src = state.fileUrl;
     img.hidden = false;
-    var ph = document.getElementById("placeholder");
     if (ph) { ph.hidden = true; }
   });
 
   function queryHref() { return state.id ? "/api/images/" + state.id + "/thumbnail?size=large" : state.fileUrl; }
 
-  function figure(hit, size) {
+  function figure(hit, size, index) {
     var fig = document.createElement("figure");
     fig.className = "result" + (hit.verified ? " verified" : "");
     fig.dataset.id = hit.id; fig.dataset.path = hit.path; fig.dataset.rank = hit.rank;
     fig.dataset.verified = String(hit.verified);
+    fig.tabIndex = 0;
     var frame = document.createElement("div");
     frame.className = "frame";
     var im = document.createElement("img");
@@ -174,10 +151,11 @@ function retrievalQueryPage() {
     frame.appendChild(im);
     if (size) {
       var svg = svgEl("svg", {viewBox: "0 0 " + size[0] + " " + size[1], preserveAspectRatio: "none"});
-      if (hit.verified && hit.box) {
-        var b = hit.box;
-        svg.appendChild(svgEl("rect", {"class": "box match", x: b[0], y: b[1], width: Math.max(b[2] - b[0], 1),
-                                       height: Math.max(b[3] - b[1], 1)}));
+      if (hit.verified && hit.box) {   // the matched box, inside the photo
+        var b = hit.box, x0 = Math.max(b[0], 0), y0 = Math.max(b[1], 0);
+        var x1 = Math.min(b[2], size[0]), y1 = Math.min(b[3], size[1]);
+        svg.appendChild(svgEl("rect", {"class": "box match", x: x0, y: y0, width: Math.max(x1 - x0, 1),
+                                       height: Math.max(y1 - y0, 1)}));
       }
       frame.appendChild(svg);
     }
@@ -189,24 +167,75 @@ function retrievalQueryPage() {
     p.className = "path"; p.textContent = hit.path; p.title = hit.path;
     cap.appendChild(p);
     fig.appendChild(frame); fig.appendChild(cap);
-    fig.addEventListener("click", function () { openMatch(hit); });
+    fig.addEventListener("click", function () { select(index); openMatch(index); });
     return fig;
   }
 
-  var lastBox = null;
+  // the results, the one selected (j k ← →) and the match view opened over the page (Enter; Esc closes it)
+  var lastBox = null, hits = [], selected = -1, openAt = -1, pushed = false;
 
-  function openMatch(hit) {
-    if (state.id) {
-      location.href = "/match?a=" + state.id + "&b=" + hit.id + (lastBox ? "&box=" + encodeURIComponent(lastBox) : "");
-      return;
-    }
-    var fd = new FormData();
-    fd.append("a_image", state.file); fd.append("b_id", hit.id);
-    if (lastBox) { fd.append("box", lastBox); }
-    showMatch(matchSection, fd, queryHref(), "/api/images/" + hit.id + "/thumbnail?size=large").then(function () {
-      matchSection.scrollIntoView();
-    });
+  function figures() { return results.querySelectorAll("figure.result"); }
+
+  function select(i) {
+    var figs = figures();
+    if (!figs.length) { return; }
+    i = Math.min(Math.max(i, 0), figs.length - 1);
+    if (selected >= 0 && figs[selected]) { figs[selected].classList.remove("selected"); }
+    selected = i;
+    figs[i].classList.add("selected");
+    if (openAt < 0) { figs[i].focus({preventScroll: true}); figs[i].scrollIntoView({block: "nearest"}); }
   }
+
+  function matchUrl(hit) {
+    return "/match?a=" + state.id + "&b=" + hit.id + (lastBox ? "&box=" + encodeURIComponent(lastBox) : "");
+  }
+
+  function openMatch(i) {
+    if (i < 0 || i >= hits.length) { return; }
+    var hit = hits[i], fd = new FormData();
+    if (state.id) {
+      fd.append("a_id", state.id);
+      var url = matchUrl(hit);   // the address of this view (the /match page), Back closes it
+      if (openAt < 0) { history.pushState({match: hit.id}, "", url); pushed = true; }
+      else { history.replaceState({match: hit.id}, "", url); }
+    } else {
+      fd.append("a_image", state.file);
+    }
+    fd.append("b_id", hit.id);
+    if (lastBox) { fd.append("box", lastBox); }
+    openAt = i;
+    select(i);
+    document.body.classList.add("viewing");
+    showMatch(matchSection, fd, queryHref(), "/api/images/" + hit.id + "/thumbnail?size=large",
+              {prev: i > 0 ? function () { openMatch(openAt - 1); } : null,
+               next: i + 1 < hits.length ? function () { openMatch(openAt + 1); } : null, close: closeMatch});
+  }
+
+  function hideMatch() {
+    matchSection.hidden = true;
+    matchSection.textContent = "";
+    document.body.classList.remove("viewing");
+    var was = openAt;
+    openAt = -1;
+    if (was >= 0) { select(was); }
+  }
+
+  function closeMatch() {
+    if (openAt < 0) { return false; }
+    if (pushed) { pushed = false; history.back(); } else { hideMatch(); }   // popstate hides it
+  }
+
+  window.addEventListener("popstate", function () { if (openAt >= 0) { pushed = false; hideMatch(); } });
+
+  onKeys({
+    next: function () { if (openAt >= 0) { openMatch(openAt + 1); } else if (hits.length) { select(selected + 1); } else { return false; } },
+    prev: function () { if (openAt >= 0) { openMatch(openAt - 1); } else if (hits.length) { select(selected - 1); } else { return false; } },
+    open: function (ev) {
+      if (openAt >= 0 || selected < 0 || !ev.target.classList || !ev.target.classList.contains("result")) { return false; }
+      openMatch(selected);
+    },
+    close: closeMatch
+  });
 
   document.getElementById("search").addEventListener("click", function () {
     if (!state.id && !state.file) { status.textContent = "pick or upload a photo first"; return; }
@@ -217,12 +246,18 @@ function retrievalQueryPage() {
     fd.append("k", document.getElementById("k").value || "10");
     status.textContent = "searching…";
     results.textContent = "";
+    hits = []; selected = -1;
     document.body.removeAttribute("data-results");
     postForm("/api/search", fd).then(function (res) {
-      res.hits.forEach(function (h) { results.appendChild(figure(h, res.sizes[String(h.id)])); });
+      hits = res.hits;
+      res.hits.forEach(function (h, i) { results.appendChild(figure(h, res.sizes[String(h.id)], i)); });
+      if (state.id) {   // for the /match page's next / previous
+        sessionStorage.setItem("retrieval:results", JSON.stringify({a: state.id, box: lastBox || "",
+                                                                    ids: res.hits.map(function (h) { return h.id; })}));
+      }
       var nv = res.hits.filter(function (h) { return h.verified; }).length;
       status.textContent = res.hits.length + " results, " + nv + " verified, in " + res.seconds.toFixed(2) +
-        " s (generation " + res.generation + "); click a result for the match view";
+        " s (generation " + res.generation + "); click a result (or j / k, then Enter) for the match view";
       document.body.setAttribute("data-results", String(res.hits.length));
     }).catch(function (e) {
       status.textContent = "error: " + e.message;
@@ -264,7 +299,8 @@ function retrievalQueryPage() {
 // ---------------------------------------------------------------- start: the page says which it is
 document.addEventListener("DOMContentLoaded", function () {
   var page = document.body.dataset.page;
+  if (page === "grid") { retrievalGridPage(); }                // static/grid.js
   if (page === "query") { retrievalQueryPage(); }
-  if (page === "match") { retrievalMatchPage(); }
+  if (page === "match") { retrievalMatchPage(); }              // static/match.js
   if (page === "duplicates") { retrievalDuplicatesPage(); }   // static/duplicates.js, loaded by that page only
 });
