@@ -14,7 +14,9 @@ import time
 import click
 
 from retrieval.cli.groups import bench, main
+from retrieval.cli.index_notes import SmallFolderNotes, stopped_message
 from retrieval.cli.options import (
+    box_option,
     check_image_file,
     check_output_extension,
     deprecated_alias,
@@ -26,6 +28,7 @@ from retrieval.cli.options import (
 )
 from retrieval.cli.output import Output, format_options
 from retrieval.cli.scale import cluster_option, open_client, shards_option
+from retrieval.cli.suggest import check_preset_name
 
 DEFAULT_INDEX = "retrieval-index"
 
@@ -45,6 +48,10 @@ def _index_dir(value) -> str:
 
 def _quiet(ctx) -> bool:
     return bool(ctx.find_root().obj and ctx.find_root().obj.get("quiet"))
+
+
+def _verbose(ctx) -> int:
+    return int((ctx.find_root().obj or {}).get("verbose") or 0)
 
 
 @main.command("index")
@@ -91,6 +98,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
     """
     from retrieval.app.index import Index, walk_photos
 
+    check_preset_name(preset)
     index_dir = _index_dir(index_dir)
     files = walk_photos(photo_dir)  # validates the folder before anything is created
     if not files:
@@ -115,8 +123,17 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         missing = sorted({os.path.abspath(os.path.expanduser(p)) for p in include} - set(back))
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
-    report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx), add_root=add_root,
-                      replace_root=replace_root, prune=prune, cluster=client, retrain=retrain)
+    before = {"generation": idx.catalog.generation(), "indexed": idx.catalog.count("indexed"), "started": time.time()}
+    try:
+        with SmallFolderNotes() as notes:
+            report = idx.sync(photo_dir, workers=workers, progress=not _quiet(ctx), add_root=add_root,
+                              replace_root=replace_root, prune=prune, cluster=client, retrain=retrain)
+    except KeyboardInterrupt:   # Ctrl-C: say what was kept, exit status 130 (128 + SIGINT)
+        click.echo(f"\n{stopped_message(idx, **before)}", err=True)
+        ctx.exit(130)
+    model = idx.catalog.get_meta("model") or {}
+    notes.tell(dict(model.get("effective") or {}) if report.trained else {}, verbose=_verbose(ctx),
+               quiet=_quiet(ctx))
     for path, reason in report.errors:
         click.echo(f"error: {path}: {reason}", err=True)
     if as_json:
@@ -167,8 +184,7 @@ def _print_hits(hits, out: Output | bool) -> None:
 @main.command("query")
 @click.argument("image")
 @_index_option
-@click.option("--bbox", default=None, metavar="X1,Y1,X2,Y2",
-              help="Restrict the query to a box (pixels of the original image after EXIF rotation).")
+@box_option("Restrict the query to a box (pixels of the original image after EXIF rotation).")
 @click.option("--top", "-k", "k", type=click.IntRange(1, None), default=10, show_default=True,
               help="Number of results.")
 @format_options(json_help="Same as --format json: a JSON list of {id, rank, path, score, inliers?, box?, "
@@ -388,6 +404,7 @@ def presets_cmd(show, show_all, as_json):
     available, and what a missing one needs. 'retrieval presets --show NAME' gives the full description."""
     from retrieval.engine.presets import describe_presets, effective_preset, format_preset
 
+    check_preset_name(show, "--show")
     if show is not None:
         click.echo(json.dumps(effective_preset(show), indent=2, ensure_ascii=False) if as_json else format_preset(show))
         return
@@ -415,6 +432,7 @@ def demo_cmd(ctx, out_dir, preset):
     from retrieval.app.gallery import write_gallery
     from retrieval.app.index import Index
 
+    check_preset_name(preset)
     t0 = time.perf_counter()
     out = Path(out_dir)
     photos = out / "photos"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Iterator
 
 from retrieval.core.checks import check_scalar
@@ -19,6 +20,9 @@ _WORKER_EXTRACTOR = None
 def _init_worker(extractor, single_thread: bool) -> None:
     global _WORKER_EXTRACTOR
     _WORKER_EXTRACTOR = extractor
+    # Ctrl-C reaches every process of the terminal's group: the parent stops the pool (ExtractionPool.close);
+    # a worker interrupted in the middle of an image would only print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if single_thread:
         try:
             import cv2
