@@ -1,10 +1,12 @@
 """``retrieval duplicates --html``: a self-contained page of the groups, each with its kind, the suggested keeper
 marked, every photo's resolution, file size, format, date and camera, and on same-scene pairs the matched region
-(the bounding box of the verified inliers) drawn over both photos."""
+(the bounding box of the verified inliers) drawn over both photos. Each photo links to its file (relative to the
+page's folder, :func:`retrieval.app.gallery.file_href`); names wrap only after a ``/``."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 LABELS = {"exact": "exact copies (same bytes or pixels)",
           "near": "near duplicates (the same photograph: resized, re-encoded, cropped, turned or retouched)",
@@ -43,9 +45,11 @@ def _regions_of(group) -> dict:
     return out
 
 
-def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_side: int = 240) -> str:
-    """The page (module docstring) for :class:`retrieval.app.duplicates.DuplicateGroup` s."""
-    from retrieval.app.gallery import _CSS, thumbnail_data_uri
+def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_side: int = 240,
+                           base_dir=None) -> str:
+    """The page (module docstring) for :class:`retrieval.app.duplicates.DuplicateGroup` s; ``base_dir``: the folder
+    the page is written to (links relative to it; None: absolute ``file://`` links)."""
+    from retrieval.app.gallery import GALLERY_CSS, file_href, file_link, thumbnail_data_uri
 
     parts = []
     for g in groups:
@@ -54,7 +58,7 @@ def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_sid
         for im in g.images:
             try:
                 uri, _ = thumbnail_data_uri(im["path"], thumb_side)
-            except OSError:
+            except (OSError, ValueError):   # ImageReadError is a ValueError
                 uri = "data:image/gif;base64,R0lGODlhAQABAAAAACw="
             box = ""
             r, w, h = regions.get(im["id"]), im.get("width"), im.get("height")
@@ -69,10 +73,11 @@ def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_sid
                 im.get("camera")) if v)
             badge = '<span class="badge">keep</span> ' if keeper else ""
             figs.append(f'<figure class="result{" keeper" if keeper else ""}" data-id="{im["id"]}">'
+                        f'<a class="photo" href="{html.escape(file_href(im["path"], base_dir))}">'
                         f'<div class="frame"><img class="thumb" src="{uri}" '
-                        f'alt="{html.escape(im["path"].rsplit("/", 1)[-1])}">{box}</div><figcaption>'
+                        f'alt="{html.escape(im["path"].rsplit("/", 1)[-1])}">{box}</div></a><figcaption>'
                         f'{badge}<span class="rank">id {im["id"]}</span> &middot; {facts}<br>'
-                        f'{html.escape(im["path"])}</figcaption></figure>')
+                        f'{file_link(im["path"], base_dir)}</figcaption></figure>')
         inl = [p.inliers for p in g.pairs if p.inliers is not None]
         extra = f" &middot; {min(inl)}-{max(inl)} verified inliers" if inl else ""
         parts.append(f'<section class="group" data-kind="{g.kind}" data-group="{g.group}"><h2>group {g.group}: '
@@ -82,7 +87,19 @@ def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_sid
     n_photos = sum(len(g.images) for g in groups)
     counts = {k: sum(g.kind == k for g in groups) for k in LABELS}
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS}{_EXTRA_CSS}</style>"
+            f"<title>{html.escape(title)}</title><style>{GALLERY_CSS}{_EXTRA_CSS}</style>"
             f"</head>\n<body data-groups=\"{len(groups)}\"><h1>{html.escape(title)}</h1>"
             f"<p class=\"meta\">{len(groups)} groups ({counts['exact']} exact, {counts['near']} near, "
             f"{counts['scene']} same scene), {n_photos} photos</p>{''.join(parts)}</body></html>\n")
+
+
+def write_duplicates_html(path, groups: list, *, title: str = "duplicates") -> Path:
+    """Write :func:`render_duplicates_html` to ``path`` atomically, its links relative to the folder of ``path``;
+    returns the path."""
+    from retrieval.core.persistence import atomic_write
+
+    path = Path(path)
+    text = render_duplicates_html(groups, title=title, base_dir=path.parent)
+    with atomic_write(path, "w") as fh:
+        fh.write(text)
+    return path

@@ -115,11 +115,9 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, 
         return
     _print_groups(shown, acted, out, ctx, idx)
     if html_path:
-        from retrieval.app.duplicate_html import render_duplicates_html
-        from retrieval.core.persistence import atomic_write
+        from retrieval.app.duplicate_html import write_duplicates_html
 
-        with atomic_write(html_path, "w") as fh:
-            fh.write(render_duplicates_html(shown, title=f"duplicates in {idx.path}"))
+        write_duplicates_html(html_path, shown, title=f"duplicates in {idx.path}")
         click.echo(f"groups written to {html_path}", err=True)
 
 
