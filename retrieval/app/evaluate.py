@@ -38,7 +38,7 @@ from retrieval.engine.presets import (
 from retrieval.evaluation.crops import load_crops, score_crops
 from retrieval.evaluation.groups import load_groups_spec, score_groups
 from retrieval.features import FeatureExtractor
-from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.features.image import IMAGE_EXTENSIONS, is_image_name
 from retrieval.features.parallel import extract_many
 from retrieval.features.store import FeatureStore
 
@@ -84,7 +84,7 @@ def crops_dataset(root, database) -> RetrievalDataset:
     """
     bench = load_crops(root, IMAGE_EXTENSIONS)
     database = Path(database)
-    files = sorted(p for p in database.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    files = sorted(p for p in database.iterdir() if p.is_file() and is_image_name(p.name))
     paths = {}
     for p in files:
         if p.stem in paths:

@@ -19,7 +19,7 @@ import numpy as np
 from retrieval.codes import ProductQuantizer
 from retrieval.core.persistence import save_npy_atomic
 from retrieval.features import FeatureExtractor, root_sift
-from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.features.image import is_image_name
 from retrieval.search import IVFADC
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def rootsift_descriptors(min_count: int, cache_dir: Path, threshold: float = 1.0
     """
     ex = FeatureExtractor("hesaff", max_side=max_side, threshold=threshold)
     root = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    paths = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS
+    paths = sorted(p for p in root.rglob("*") if is_image_name(p.name)
                    and "real" not in p.relative_to(root).parts)
     if not paths:
         raise FileNotFoundError(f"no images found under {root} for --data rootsift.")

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from retrieval.engine.object_search import ObjectSearcher
-from retrieval.features.image import IMAGE_EXTENSIONS
+from retrieval.features.image import is_image_name
 from retrieval.rerank.boxes import box_iou, project_box
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def shared_images(root) -> list[Path]:
     root = Path(root)
     out = []
     for sub in ("homogr", "opencv_samples", "boofcv", "holidays"):
-        out += [p for p in (root / sub).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS]
+        out += [p for p in (root / sub).rglob("*") if is_image_name(p.name)]
     return sorted(out)
 
 
@@ -83,7 +83,7 @@ def _add_junk(root, queries):
         for group in SAME_OBJECT:
             if q["name"] in group:
                 junk |= {p for p in (root / "homogr").glob("*")
-                         if p.suffix.lower() in IMAGE_EXTENSIONS and p not in keep
+                         if is_image_name(p.name) and p not in keep
                          and any(p.name.startswith(g) for g in group)}
         q["junk"] = sorted(junk)
     return queries

@@ -180,7 +180,7 @@ PROTOCOLS = ("transductive", "independent")
 
 def training_images(name: str, data, protocol: str):
     """The training images of set ``name`` under ``protocol`` (None: transductive, the set's own images)."""
-    from retrieval.features.image import IMAGE_EXTENSIONS
+    from retrieval.features.image import is_image_name
 
     if protocol == "transductive":
         return None
@@ -191,7 +191,7 @@ def training_images(name: str, data, protocol: str):
         folder = Path(data) / sub
         if not folder.is_dir():
             raise FileNotFoundError(f"{folder}: not found (independent training images of set {name!r}).")
-        out += sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+        out += sorted(p for p in folder.iterdir() if is_image_name(p.name))
     return out
 
 

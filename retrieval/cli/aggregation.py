@@ -13,14 +13,14 @@ from retrieval.cli.options import echo_json, json_option, seed_option, workers_o
 
 def collect_images(inputs) -> list[Path]:
     """Image files among ``inputs`` (files, or folders searched recursively for
-    :data:`retrieval.features.image.IMAGE_EXTENSIONS`), sorted, duplicates removed."""
-    from retrieval.features.image import IMAGE_EXTENSIONS
+    :func:`retrieval.features.image.is_image_name`), sorted, duplicates removed."""
+    from retrieval.features.image import is_image_name
 
     out = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in IMAGE_EXTENSIONS)
+            out += sorted(q for q in p.rglob("*") if q.is_file() and is_image_name(q.name))
         elif p.is_file():
             out.append(p)
         else:

@@ -205,11 +205,11 @@ def _against(idx, against, options, out, ctx) -> None:
 
     from retrieval.app.duplicates import find_against
     from retrieval.core.progress import callback_for, progress_bar
-    from retrieval.features.image import IMAGE_EXTENSIONS
+    from retrieval.features.image import is_image_name
 
     p = Path(against)
     if p.is_dir():
-        paths = sorted(str(f) for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+        paths = sorted(str(f) for f in p.rglob("*") if f.is_file() and is_image_name(f.name))
     elif p.is_file():
         paths = [str(p)]
     else:

@@ -232,10 +232,10 @@ def bench_extract_cmd(ctx, images, workers, limit, max_side, rounds, upscale_mp,
 
     from retrieval.bench.extract import bench_extract, enlarged_copies
     from retrieval.core.progress import callback_for, progress_bar
-    from retrieval.features.image import IMAGE_EXTENSIONS
+    from retrieval.features.image import is_image_name
 
     p = Path(images)
-    paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_EXTENSIONS)
+    paths = [p] if p.is_file() else sorted(q for q in p.rglob("*") if is_image_name(q.name))
     if limit:
         paths = paths[:limit]
     if not paths:

@@ -92,12 +92,13 @@ def echo_json(obj, indent: int | None = 2, **kw) -> None:
 
 def check_image_file(path, what: str = "IMAGE") -> None:
     """One clear line (exit 1) when ``path`` is an existing file whose extension is not one of
-    :data:`retrieval.features.image.IMAGE_EXTENSIONS` (the list every command uses)."""
+    :data:`retrieval.features.image.IMAGE_EXTENSIONS` (:func:`~retrieval.features.image.is_image_name`, the test
+    every command uses)."""
     import os
 
-    from retrieval.features.image import IMAGE_EXTENSIONS
+    from retrieval.features.image import IMAGE_EXTENSIONS, is_image_name
 
-    if os.path.isfile(path) and not str(path).lower().endswith(IMAGE_EXTENSIONS):
+    if os.path.isfile(path) and not is_image_name(path):
         raise click.ClickException(f"{what} {path}: not a supported image format (expected "
                                    f"{', '.join(e[1:] for e in IMAGE_EXTENSIONS)}).")
 
