@@ -75,7 +75,8 @@ async def search(request: Request,
                  k: Annotated[int, Form(ge=1, le=MAX_K, description="number of results")] = 10,
                  rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None):
     """Ranked results: `{generation, query, seconds, hits: [{id, rank, path, score, inliers?, box?, similarity,
-    verified, distance?}], sizes: {id: [width, height]}}`; a verified hit's `box` is the matched region in its
+    verified, distance?}], sizes: {id: [width, height]}, folders: {id: folder}}` (a hit's folder as GET
+    /api/folders names it); a verified hit's `box` is the matched region in its
     image. Give exactly one of `image` and `id`."""
     svc = service_of(request)
     if (image is None) == (id is None):

@@ -125,6 +125,11 @@ class FolderIndex:
                    for p, n in total.items()}
         return cls(int(generation), ids, folders, keys, by_path)
 
+    def folder_of_id(self, image_id: int) -> str | None:
+        """The folder of the photo ``image_id`` (None when it is not one of this generation's indexed photos)."""
+        pos = int(np.searchsorted(self.ids, int(image_id)))
+        return self.folders[pos] if pos < len(self.ids) and int(self.ids[pos]) == int(image_id) else None
+
     def top(self) -> list[Folder]:
         """The folders without a parent (the followed folders), sorted by folded name."""
         return sorted((f for f in self.folders_by_path.values() if f.parent is None), key=lambda f: (fold(f.name),

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 
 from retrieval.app.index import Index
@@ -204,9 +203,11 @@ class Service:
             raise ApiError(400, str(exc)) from None
         hits = res.hits
         sizes = {str(r["id"]): [r["width"], r["height"]] for r in idx.catalog.rows_by_ids([h.id for h in hits])}
+        folders = self.folders.current()
         return {"generation": res.generation, "query": {"id": image_id, "box": box, "k": int(k),
                                                                 "rerank": rerank},
-                "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes}
+                "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes,
+                "folders": {str(h.id): folders.folder_of_id(h.id) for h in hits}}
 
     def images(self, *, after: str | None = None, before: str | None = None, offset: int | None = None,
                limit: int = 60, q: str | None = None, folder: str | None = None) -> dict:
@@ -239,10 +240,7 @@ class Service:
         """The information panel of an indexed photo (:func:`retrieval.web.originals.photo_record`): its header
         read now (no pixel decoded), its catalog row and its folder."""
         row = self._row(image_id)
-        index = self.folders.current()
-        pos = int(np.searchsorted(index.ids, int(image_id)))
-        folder = index.folders[pos] if pos < len(index.ids) and index.ids[pos] == int(image_id) else None
-        return photo_record(row, photo_facts(row["path"]), folder)
+        return photo_record(row, photo_facts(row["path"]), self.folders.current().folder_of_id(image_id))
 
     def original(self, image_id: int) -> tuple[Path, str, str]:
         """(file, file name, content type) of an indexed photo's original, found by its catalog id; ApiError 404

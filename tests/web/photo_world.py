@@ -34,8 +34,6 @@ EXIF_PHOTO = "été/plage 1.jpg"
 EXIF_DATE, EXIF_MAKE, EXIF_MODEL = "2023:07:14 18:32:05", "Canon", "Canon EOS 80D"
 HEIC_PHOTO = "téléphone/IMG_0001.heic"
 QUERY, RESULT = "objets/box in scene.png", "objets/box.png"
-WIDE_BOX = (20.0, 60.0, 480.0, 370.0)
-"""A box around the box of box_in_scene.png and much of the scene: projected into box.png, it reaches far outside."""
 
 
 def write_photo(src: Path, dst: Path) -> None:

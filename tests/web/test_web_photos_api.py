@@ -220,6 +220,15 @@ def test_information_panel(served):
     assert_error(client.get("/api/images/987654/facts"), 404)
 
 
+def test_search_results_name_their_folders(served):
+    _, _, client, world = served
+    ids = ids_by_rel(client, world["photos"])
+    res = client.post("/api/search", data={"id": ids["objets/box in scene.png"], "k": 4}).json()
+    assert res["folders"][str(ids["objets/box.png"])] == "photos/objets"
+    assert set(res["folders"]) == {str(h["id"]) for h in res["hits"]}
+    assert all(f is not None and f.startswith("photos") for f in res["folders"].values())
+
+
 def test_favicon(served):
     _, _, client, _ = served
     icon = client.get("/favicon.ico")

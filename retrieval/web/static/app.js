@@ -138,7 +138,7 @@ function retrievalQueryPage() {
 
   function queryHref() { return state.id ? "/api/images/" + state.id + "/thumbnail?size=large" : state.fileUrl; }
 
-  function figure(hit, size, index) {
+  function figure(hit, size, where, index) {
     var fig = document.createElement("figure");
     fig.className = "result" + (hit.verified ? " verified" : "");
     fig.dataset.id = hit.id; fig.dataset.path = hit.path; fig.dataset.rank = hit.rank;
@@ -164,8 +164,14 @@ function retrievalQueryPage() {
       (hit.verified ? '<span class="ok">&#10003; verified, ' + hit.inliers + " inliers</span>"
                     : '<span class="no">not verified</span>') + "<br>";
     var p = document.createElement("span");
-    p.className = "path"; p.textContent = hit.path; p.title = hit.path;
+    p.className = "name"; p.textContent = baseName(hit.path); p.title = hit.path;
     cap.appendChild(p);
+    if (where) {
+      var f = document.createElement("span");
+      f.className = "folder"; f.textContent = where;
+      cap.appendChild(document.createElement("br"));
+      cap.appendChild(f);
+    }
     fig.appendChild(frame); fig.appendChild(cap);
     fig.addEventListener("click", function () { select(index); openMatch(index); });
     return fig;
@@ -250,7 +256,7 @@ function retrievalQueryPage() {
     document.body.removeAttribute("data-results");
     postForm("/api/search", fd).then(function (res) {
       hits = res.hits;
-      res.hits.forEach(function (h, i) { results.appendChild(figure(h, res.sizes[String(h.id)], i)); });
+      res.hits.forEach(function (h, i) { results.appendChild(figure(h, res.sizes[String(h.id)], (res.folders || {})[String(h.id)], i)); });
       if (state.id) {   // for the /match page's next / previous
         sessionStorage.setItem("retrieval:results", JSON.stringify({a: state.id, box: lastBox || "",
                                                                     ids: res.hits.map(function (h) { return h.id; })}));
