@@ -63,10 +63,9 @@ def grid(request: Request, after: str | None = None, before: str | None = None, 
     index = svc.folders.current()
     current = index.folder(folder) if folder else None
     subfolders = [index.folders_by_path[c] for c in current.children] if current else index.top()
-    by_id = dict(zip(index.ids.tolist(), index.folders, strict=True))
     return render("grid.html", title=current.name if current else "Photos", data=data, q=q, folder=folder,
                   crumbs=parents_of(folder) if folder else [], tree=index, subfolders=subfolders,
-                  folder_of=lambda i: by_id.get(i, ""), open_folders=set(parents_of(folder)) if folder else set())
+                  folder_of=lambda i: index.folder_of_id(i) or "", open_folders=set(parents_of(folder)) if folder else set())
 
 
 @router.get("/query", response_class=HTMLResponse)

@@ -256,3 +256,34 @@ def loaded_svg_images(d) -> bool:
         return Array.from(document.querySelectorAll('#match image')).every(function (im) {
           var probe = new Image(); probe.src = im.href.baseVal; return probe.complete && probe.naturalWidth > 0;
         });""")
+
+
+def test_the_match_page_of_its_own_address(server, browser):
+    """/match?a=&b= opened directly (a link, a reload): the same view; j / k go to the next / previous result of the
+    last search of that query, Esc back to the query."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d, wait = browser, WebDriverWait(browser, 60)
+    ids = {Path(im["path"]).name: im["id"] for im in httpx.get(server.url + "/api/images",
+                                                               params={"limit": 100}).json()["images"]}
+    qid = ids[Path(QUERY).name]
+    d.get(f"{server.url}/query?id={qid}")
+    d.find_element(By.ID, "k").clear()
+    d.find_element(By.ID, "k").send_keys("3")
+    d.find_element(By.ID, "search").click()
+    wait.until(lambda _: d.find_element(By.TAG_NAME, "body").get_attribute("data-results"))
+    order = [int(f.get_attribute("data-id")) for f in d.find_elements(By.CSS_SELECTOR, "#results figure.result")]
+    d.get(f"{server.url}/match?a={qid}&b={order[1]}")
+    section = d.find_element(By.ID, "match")
+    wait.until(lambda _: section.get_attribute("data-lines") or section.get_attribute("data-error"))
+    assert not section.get_attribute("data-error") and section.get_attribute("data-b") == str(order[1])
+    ActionChains(d).send_keys("j").perform()
+    wait.until(lambda _: d.current_url.endswith(f"/match?a={qid}&b={order[2]}"))
+    ActionChains(d).send_keys(Keys.ARROW_LEFT).perform()
+    wait.until(lambda _: d.current_url.endswith(f"/match?a={qid}&b={order[1]}"))
+    wait.until(lambda _: d.find_element(By.ID, "match").get_attribute("data-lines"))
+    ActionChains(d).send_keys(Keys.ESCAPE).perform()
+    wait.until(lambda _: d.current_url.endswith(f"/query?id={qid}"))
