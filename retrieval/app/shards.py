@@ -83,10 +83,10 @@ def shard_top(shard: VectorStage, q: np.ndarray, k: int, short: int) -> tuple:
     return shard.candidates(q, k, short)
 
 
-def merge_tops(tops, k: int, short: int) -> list[Hit]:
-    """The global top ``k`` from every shard's :func:`shard_top`, ordered as the unsharded index orders them
+def merge_tops(tops, k: int, short: int, reference_ip: float = 1.0) -> list[Hit]:
+    """The global top ``k`` from every shard's :func:`shard_top`, ordered and scored as the unsharded index does
     (:func:`retrieval.engine.first_stages.merge_candidates`)."""
-    return merge_candidates(tops, k, short)
+    return merge_candidates(tops, k, short, reference_ip)
 
 
 class ShardedStage(VectorStage):
@@ -196,16 +196,16 @@ class ShardedStage(VectorStage):
             self.remote.close()
             self.remote = None
 
-    def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
+    def search(self, q: np.ndarray, k: int, *, reference=None, **options) -> list[Hit]:
         if self._assembled:   # a writer's in-memory state (not saved yet): the unsharded first stage
-            return super().search(q, k)
+            return super().search(q, k, reference=reference)
         short = max(k, self.config.index.shortlist)
         if self.remote is not None:
             tops = self._remote_top(q, k, short)
         else:
             tops = [shard_top(s, q, k, short) for s in self.shards]
         n = sum(len(s.ids) for s in self.shards)
-        return merge_tops(tops, k, min(short, n))
+        return merge_tops(tops, k, min(short, n), self.reference_ip(q, reference))
 
     def _remote_top(self, q, k, short, attempts: int = 3) -> list:
         """The shards' candidates from the workers; a lost worker's shards are loaded again (up to ``attempts``

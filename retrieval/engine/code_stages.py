@@ -182,8 +182,26 @@ class CodesStage(_CodeRows):
         else:
             self.ivf = IVFADC.load(folder / "ivfadc", mmap=True)
 
-    def search(self, q, k, **options):
-        """Top ``k`` by ADC distance; ``distance`` = the squared ADC distance, ``similarity`` = ``1 - d / 4``
+    def reference_distance(self, q, reference=None) -> float:
+        """The squared ADC distance of ``q`` to the code of ``reference`` (default ``q``: the query photo's own code,
+        its coding error): through the same distance tables as the search (``adc``), or to the reconstruction
+        ``c + q(r)`` of its list's centroid and encoded residual (``ivfadc_adc``, what the scan's tables sum to)."""
+        from retrieval.codes.scan import lut_scan_topk
+
+        q = np.asarray(q, np.float32)[None, :]
+        r = q if reference is None else np.asarray(reference, np.float32)[None, :]
+        if self.itype == "adc":
+            D, _ = lut_scan_topk(self.pq.compute_distance_tables(q), np.ascontiguousarray(self.pq.encode(r)), 1)
+            return float(D[0, 0])
+        ivf = self.ivf
+        _, lists = ivf.coarse_search(r, 1)
+        centroid = ivf.centroids_[lists[0, 0]]
+        rebuilt = centroid + ivf.pq_.decode(ivf.pq_.encode(r - centroid))[0]
+        return float(np.sum((q[0].astype(np.float64) - rebuilt) ** 2))
+
+    def search(self, q, k, *, reference=None, **options):
+        """Top ``k`` by ADC distance; ``distance`` = the squared ADC distance ``d``, ``similarity`` =
+        ``1 - (d - d_ref) / 2`` clipped to [0, 1] with ``d_ref`` the :meth:`reference_distance`
         (:func:`retrieval.engine.hits.similarity_from_sq_distance`)."""
         from retrieval.codes.scan import lut_scan_topk
 
@@ -198,7 +216,7 @@ class CodesStage(_CodeRows):
         else:
             D, found = self.ivf.search(q[None, :], kk)
             pairs = [(float(d), int(i)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
-        sims = similarity_from_sq_distance([d for d, _ in pairs])
+        sims = similarity_from_sq_distance([d for d, _ in pairs], self.reference_distance(q, reference))
         return [Hit(i, float(s), similarity=float(s), distance=d) for (d, i), s in zip(pairs, sims, strict=True)]
 
 
@@ -277,14 +295,27 @@ class BinaryStage(_CodeRows):
                              f"{self.preset['name']!r}; got {method!r}.")
         return {"distance": method}
 
-    def search(self, q, k, distance="expectation"):
+    def reference_distance(self, q, reference=None, distance: str = "expectation") -> float:
+        """The distance of ``q`` to the code of ``reference`` (default ``q``: the query photo's own code), through
+        the same search as the stored codes: 0 for ``hamming`` and ``lower_bound``, the coding error for
+        ``expectation`` / ``expectation_hat``."""
+        r = q if reference is None else reference
+        code = self.embedding.encode(np.asarray(r, np.float32)[None, :])
+        D, _ = self.embedding.search_codes(np.asarray(q, np.float32)[None, :], code, 1, distance=distance)
+        return float(D[0, 0])
+
+    def search(self, q, k, distance="expectation", *, reference=None):
+        """Top ``k`` by the code distance ``d``; ``similarity`` = ``1 - 2 (d - d_ref) / bits`` (``hamming``) or
+        ``1 - (d - d_ref) / 2`` (the asymmetric distances, estimates of the squared distance), clipped to [0, 1],
+        with ``d_ref`` the :meth:`reference_distance`."""
         n = len(self._ids)
         if n == 0:
             return []
         D, rows = self.embedding.search_codes(q[None, :], self._codes, min(k, n), distance=distance)
         keep = rows[0] >= 0
         d, rows = np.asarray(D[0], np.float64)[keep], rows[0][keep]
-        sims = (similarity_from_hamming(d, self.embedding.nbits) if distance == "hamming"
-                else similarity_from_sq_distance(d))
+        ref = self.reference_distance(q, reference, distance)
+        sims = (similarity_from_hamming(d, ref, self.embedding.nbits) if distance == "hamming"
+                else similarity_from_sq_distance(d, ref))
         return [Hit(int(self._ids[r]), float(s), similarity=float(s), distance=float(x))
                 for x, r, s in zip(d, rows, sims, strict=True)]

@@ -146,7 +146,10 @@ class FirstStage:
                              f"(kind global): use 'ip' (inner product of global vectors).")
         return {}
 
-    def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
+    def search(self, q: np.ndarray, k: int, *, reference: np.ndarray | None = None, **options) -> list[Hit]:
+        """The top ``k`` for the query vector ``q``, best first, each hit's ``similarity`` relative to the score of
+        the stored form of ``reference`` (default ``q``: the query photo itself scores 1; query expansion passes
+        the original query's vector when it searches with the expanded one)."""
         raise NotImplementedError
 
     def vectors_of(self, ids) -> np.ndarray | None:
@@ -321,11 +324,24 @@ class VectorStage(FirstStage):
         top = top[np.lexsort((self._ids[top], -scores[top]))]
         return self._ids[top].astype(np.int64), scores[top], None
 
-    def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
+    def reference_ip(self, q: np.ndarray, reference: np.ndarray | None = None) -> float:
+        """The inner product of ``q`` with ``reference`` (default ``q``) as this stage stores it (rounded to
+        ``index.vectors``), computed in float32 as the stored rows are: what ``similarity`` 1 means. A reference
+        that ``q`` scores at most 0 (an expanded query turned away from the original one) is replaced by ``q``."""
+        q = np.asarray(q, np.float32)
+        for r in ((q,) if reference is None else (np.asarray(reference, np.float32), q)):
+            ip = float(np.dot(r.astype(self._vector_dtype).astype(np.float32), q))
+            if ip > 0.0:
+                return ip
+        return 0.0
+
+    def search(self, q: np.ndarray, k: int, *, reference: np.ndarray | None = None, **options) -> list[Hit]:
         """Top ``k`` by inner product (exhaustive) or by IVFADC distance then exact inner product; ``similarity``
-        = ``(1 + ip) / 2`` (:func:`retrieval.engine.hits.similarity_from_ip`)."""
+        = ``ip / reference_ip`` clipped to [0, 1] (:meth:`reference_ip`,
+        :func:`retrieval.engine.hits.similarity_from_ip`)."""
         short = max(k, self.config.index.shortlist)
-        return merge_candidates([self.candidates(q, k, short)], k, min(short, len(self._ids)))
+        return merge_candidates([self.candidates(q, k, short)], k, min(short, len(self._ids)),
+                                self.reference_ip(q, reference))
 
     def vectors_of(self, ids) -> np.ndarray | None:
         if self._vectors is None:
@@ -336,10 +352,11 @@ class VectorStage(FirstStage):
         return np.asarray(self._vectors[rows], dtype=np.float32)
 
 
-def merge_candidates(tops, k: int, short: int) -> list[Hit]:
+def merge_candidates(tops, k: int, short: int, reference_ip: float = 1.0) -> list[Hit]:
     """The top ``k`` of several :meth:`VectorStage.candidates`, as first-stage hits (``similarity`` =
-    ``(1 + ip) / 2``): IVFADC candidates kept by (ADC distance, id) up to ``short``, then ordered by (exact inner
-    product descending, id) -- the order of one stage holding every row."""
+    ``ip / reference_ip`` clipped to [0, 1], ``reference_ip`` from :meth:`VectorStage.reference_ip`; 1: a unit
+    query stored in float32): IVFADC candidates kept by (ADC distance, id) up to ``short``, then ordered by (exact
+    inner product descending, id) -- the order of one stage holding every row."""
     ids = np.concatenate([t[0] for t in tops]) if tops else np.empty(0, np.int64)
     ip = np.concatenate([t[1] for t in tops]) if tops else np.empty(0, np.float64)
     if len(ids) == 0:
@@ -349,5 +366,5 @@ def merge_candidates(tops, k: int, short: int) -> list[Hit]:
         keep = np.lexsort((ids, adc))[:short]
         ids, ip = ids[keep], ip[keep]
     order = np.lexsort((ids, -ip))[:k]
-    sims = similarity_from_ip(ip[order])
+    sims = similarity_from_ip(ip[order], reference_ip)
     return [Hit(int(i), float(s), similarity=float(s)) for i, s in zip(ids[order], sims, strict=True)]

@@ -153,6 +153,9 @@ class GlobalBackend(Backend):
         return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe)
 
     def first_stage(self, q: np.ndarray, k: int, **options) -> list[Hit]:
+        """The first stage's top ``k`` for the vector ``q`` (``options``: the stage's own, and ``reference``, the
+        vector whose stored form scores similarity 1, default ``q``: :meth:`FirstStage.search
+        <retrieval.engine.first_stages.FirstStage.search>`)."""
         return self.stage.search(q, k, **options)
 
     def vectors_of(self, ids, get_features) -> np.ndarray:
@@ -191,6 +194,6 @@ class GlobalBackend(Backend):
         if n_qe:
             hits = average_query_expansion(
                 q, hits, {h.id: h for h in checked}, n_qe, depth=depth, shortlist=shortlist, verify=verify,
-                first_stage=lambda v, n: self.first_stage(v, n, **stage_options),
+                first_stage=lambda v, n, **kw: self.first_stage(v, n, **kw, **stage_options),
                 vectors_of=lambda ids: self.vectors_of(ids, get_features))
         return hits[:k]

@@ -1,8 +1,12 @@
 """The one result record of every search, :class:`Hit`, and the one ordering key of every ranked list.
 
-A backend's first stage gives each hit a ``similarity`` in [0, 1] (larger = more similar; the per-preset mappings
-are the ``similarity_from_*`` functions below and docs/formats.md); spatial re-ranking may then mark hits
-``verified``. :func:`finish_ranking` applies the ordering key and writes ``score``:
+A backend's first stage gives each hit a ``similarity`` in [0, 1] (larger = more similar): its first-stage score
+relative to the score that the query photo's own encoding gets through the same path (the stored form of the query:
+its vector, its PQ or binary code, its histogram or kernel signatures), clipped to [0, 1]. So the query photo itself
+scores 1 in every preset, whether it is indexed or an outside copy of the same file, and the mapping is increasing
+in the first-stage score (one positive factor, or one shift, per query: the first-stage order is unchanged). The
+per-stage formulas are the ``similarity_*`` functions below (docs/formats.md, "Scores"). Spatial re-ranking may
+then mark hits ``verified``. :func:`finish_ranking` applies the ordering key and writes ``score``:
 
 - verified hits first, by decreasing inliers, ties by decreasing similarity:
   ``score = 1 + inliers / (inliers + VERIFIED_SCALE)``, in (1, 2);
@@ -44,8 +48,8 @@ class Hit:
     path : str or None
         Absolute path of the indexed image; set by :meth:`Index.search <retrieval.app.index.Index.search>`.
     similarity : float or None
-        The first-stage score mapped to [0, 1], larger = more similar (docs/formats.md, "Scores"); set for every hit
-        a backend returns.
+        The first-stage score relative to the one the query photo's own encoding gets, in [0, 1], larger = more
+        similar: 1 for the query photo itself (docs/formats.md, "Scores"); set for every hit a backend returns.
     verified : bool
         Geometric verification vouches for this hit (only spatial re-ranking sets it).
     distance : float or None
@@ -112,17 +116,39 @@ def finish_ranking(hits: list[Hit], *, reranked: bool) -> list[Hit]:
     return sorted(hits, key=lambda h: (not h.verified, -(h.inliers or 0) if h.verified else 0, -h.similarity))
 
 
-def similarity_from_ip(ip):
-    """Inner product of unit vectors (cosine, in [-1, 1]) -> ``(1 + ip) / 2`` clipped to [0, 1]."""
-    return np.clip((1.0 + np.asarray(ip, dtype=np.float64)) / 2.0, 0.0, 1.0)
+REFERENCE_FLOOR = 1e-12
+"""A reference score at or below this is no reference (a query without features scores 0 against everything)."""
 
 
-def similarity_from_sq_distance(d):
-    """Squared Euclidean distance between (estimates of) unit vectors, ``2 - 2 cos`` -> ``1 - d / 4`` =
-    ``(1 + cos) / 2``, clipped to [0, 1] (ADC distances, the asymmetric distances of binary codes)."""
-    return np.clip(1.0 - np.asarray(d, dtype=np.float64) / 4.0, 0.0, 1.0)
+def similarity_ratio(score, reference: float):
+    """``score / reference`` clipped to [0, 1], for the first stages whose score is a similarity that the query's
+    own encoding maximises (an inner product, a normalised kernel): ``reference`` is the score of that encoding.
+    Without a positive reference the score is only clipped."""
+    score = np.asarray(score, dtype=np.float64)
+    reference = float(reference)
+    if reference > REFERENCE_FLOOR:
+        score = score / reference
+    return np.clip(score, 0.0, 1.0)
 
 
-def similarity_from_hamming(d, nbits: int):
-    """Hamming distance of ``nbits``-bit codes -> ``1 - d / nbits``."""
-    return np.clip(1.0 - np.asarray(d, dtype=np.float64) / float(nbits), 0.0, 1.0)
+def similarity_from_ip(ip, reference_ip: float):
+    """Inner product of a query with stored unit vectors -> ``ip / reference_ip`` clipped to [0, 1], with
+    ``reference_ip`` the query's inner product with its own stored vector (1 for a unit vector stored in float32;
+    within 1e-3 of 1 in float16): about the cosine, 1 for the query photo, 0 for orthogonal or opposite vectors."""
+    return similarity_ratio(ip, reference_ip)
+
+
+def similarity_from_sq_distance(d, reference_d: float):
+    """Squared distances ``d`` of a query to the codes of unit vectors (ADC, the asymmetric distances of binary
+    codes: about ``2 - 2 cos`` plus the coding error) -> ``1 - (d - reference_d) / 2`` clipped to [0, 1], with
+    ``reference_d`` the query's distance to its own code through the same tables: the estimated cosine, shifted so
+    that the query photo's code scores 1."""
+    return np.clip(1.0 - (np.asarray(d, dtype=np.float64) - float(reference_d)) / 2.0, 0.0, 1.0)
+
+
+def similarity_from_hamming(h, reference_h: float, nbits: int):
+    """Hamming distances ``h`` of ``nbits``-bit codes -> ``1 - 2 (h - reference_h) / nbits`` clipped to [0, 1]
+    (the normalised Hamming similarity ``1 - 2 h / b``, Charikar 2002; ``reference_h``: the distance to the query
+    photo's own code, 0 for the query itself): 1 for the query photo, 0 for half the bits differing (unrelated)."""
+    h = np.asarray(h, dtype=np.float64)
+    return np.clip(1.0 - 2.0 * (h - float(reference_h)) / float(nbits), 0.0, 1.0)

@@ -8,6 +8,11 @@
   to ``query_words`` words each and aggregated per word, scored against the stored binary signatures, then verified;
   query expansion in the kernel's space (the verified images' signatures of the words seen inside their boxes).
 
+In both, a hit's ``similarity`` is its score relative to the score of the query photo's own encoding (its histogram,
+or its signatures with one word per descriptor, as an indexed copy stores them) through the same formula, clipped
+to [0, 1]: 1 for the query photo. In the query-expansion round the unverified hits' are relative to the expanded
+query's score of that same encoding, and a verified hit keeps its first-round similarity (:attr:`Round.first`).
+
 Both read the searcher only. Everything that varies per search lives in one :class:`Round` (the query, the box,
 ``k``, the re-ranking, the verifier, the cache, the threads and the outcomes already verified), created by
 :meth:`ObjectSearcher.search <retrieval.engine.object_search.ObjectSearcher.search>` for that call.
@@ -21,7 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from retrieval.core.cache import BytesLRU
-from retrieval.engine.object_scores import object_similarity, topk_by_id, unverified_hits
+from retrieval.engine.hits import similarity_ratio
+from retrieval.engine.object_scores import (
+    bow_dissimilarity,
+    kernel_reference,
+    object_similarity,
+    topk_by_id,
+    unverified_hits,
+)
 from retrieval.features.frames import select_in_box
 from retrieval.rerank.verifier import Described, Verifier
 from retrieval.search import smk
@@ -35,7 +47,8 @@ class Round:
 
     ``q`` = (query frames, query descriptors, query hard words) inside the box; ``described`` the query side of
     ``verifier``; ``checked`` (id -> (inliers, box) or None) the outcomes of an earlier round of the same query,
-    filled in place, so that the expanded query's round verifies no image twice."""
+    filled in place, so that the expanded query's round verifies no image twice; ``first`` (ids -> similarities)
+    the first round's similarities, set for the expanded query's round: its verified hits report them."""
 
     q: tuple
     box: tuple
@@ -49,6 +62,7 @@ class Round:
     cache: BytesLRU | None = None
     threads: int = 1
     checked: dict = field(default_factory=dict)
+    first: Callable | None = None
 
     def frames_of(self, image_id: int, kept):
         """An image's frames: ``kept`` (the forward index's), or those of its stored features (a searcher with
@@ -76,7 +90,8 @@ class BowScorer:
         q_words, q_weights = s.assign(q_desc)
         rnd.with_words(q_words[:, 0])
         qw, qtf = s.histogram(q_words, q_weights)
-        hits, verified = self.rank(qw, qtf, rnd)
+        own = (qw, qtf)   # the query photo's histogram as an indexed copy stores it: the reference of similarity
+        hits, verified, rnd.first = self.rank(qw, qtf, rnd, own)
         if not (n_qe and verified):
             return hits
         hw, htf = [qw], [qtf]
@@ -94,10 +109,18 @@ class BowScorer:
         if len(hw) == 1:
             return hits
         qw2, qtf2 = s.histogram(np.concatenate(hw), np.concatenate(htf) / len(hw))
-        return self.rank(qw2, qtf2, rnd)[0]
+        return self.rank(qw2, qtf2, rnd, own)[0]
 
-    def rank(self, qw, qtf, rnd: Round):
-        """One round: inverted-file scores, the top R, exact re-scoring, verification; ``(hits[:k], verified)``."""
+    def similarities(self, d, qw, qtf, qv, weight, own):
+        """:func:`object_similarity` of the dissimilarities ``d`` relative to that of the histogram ``own``."""
+        ref = bow_dissimilarity(qw, qtf, *own, self.searcher.invfile_.idf_, self.method, weight)
+        sims = object_similarity(d, self.method, qv, weight)
+        return similarity_ratio(sims, float(object_similarity([ref], self.method, qv, weight)[0]))
+
+    def rank(self, qw, qtf, rnd: Round, own):
+        """One round: inverted-file scores, the top R, exact re-scoring, verification; ``(hits[:k], verified,
+        similarities)``, the last a function of ids giving this round's similarities. ``own``: the histogram that
+        scores similarity 1."""
         s, method = self.searcher, self.method
         inv = s.invfile_
         inv.commit()   # a no-op on a committed searcher (every index's); idf_ must be current for qv
@@ -109,15 +132,19 @@ class BowScorer:
         top = topk_by_id(scores, inv.ids_, R)   # ties by id: the same lists however the images are stored
         ids, sc = inv.ids_[top], scores[top]
         k = rnd.k
+
+        def similarities_of(wanted):
+            return self.similarities(s.exact(qw, qtf, wanted, method, weight), qw, qtf, qv, weight, own)
+
         if rnd.rerank == "none":
-            return unverified_hits(ids[:k], sc[:k], object_similarity(sc[:k], method, qv, weight)), []
+            return unverified_hits(ids[:k], sc[:k], self.similarities(sc[:k], qw, qtf, qv, weight, own)), [], None
         sc = s.exact(qw, qtf, ids, method, weight)
         order = np.lexsort((ids, sc))
         ids, sc = ids[order], sc[order]
-        sims = object_similarity(sc, method, qv, weight)
+        sims = self.similarities(sc, qw, qtf, qv, weight, own)
         if rnd.rerank == "exact":
-            return unverified_hits(ids[:k], sc[:k], sims[:k]), []
-        return s.verified(unverified_hits(ids, sc, sims), rnd)
+            return unverified_hits(ids[:k], sc[:k], sims[:k]), [], None
+        return (*s.verified(unverified_hits(ids, sc, sims), rnd), similarities_of)
 
 
 class AsmkScorer:
@@ -136,11 +163,11 @@ class AsmkScorer:
                  else np.zeros((0, s.query_words), np.int64))
         sw, sV = smk.aggregate_residuals(q_desc, words, centers)
         rnd.with_words(words[:, 0])
-        hits, verified = self.rank(sw, sV, rnd)
-        if not (n_qe and verified):
-            return hits
         hw, hV = smk.aggregate_residuals(q_desc, words[:, 0], centers)   # the query's own database signatures
         own = smk.binarize(hV)
+        hits, verified, rnd.first = self.rank(sw, sV, rnd, (hw, own))
+        if not (n_qe and verified):
+            return hits
         parts = [(sw, sV)]
         for hit in verified:
             if len(parts) > n_qe:
@@ -155,19 +182,31 @@ class AsmkScorer:
         if len(parts) == 1:
             return hits
         ew, eV = smk.expand_query(parts)
-        return self.rank(ew, eV, rnd)[0]
+        return self.rank(ew, eV, rnd, (hw, own))[0]
 
-    def rank(self, sw, sV, rnd: Round):
+    def rank(self, sw, sV, rnd: Round, own):
+        """One round: the kernel against every image, the top R by ``1 - K`` (the hits' ``distance``), ``similarity``
+        = ``K / K(own)`` clipped to [0, 1] (``own``: the query photo's words and signatures), verification;
+        ``(hits[:k], verified, similarities)``, the last a function of ids giving this round's similarities."""
         s = self.searcher
         f = s.smk_
-        sims = f.similarities(sw, sV, alpha=self.alpha, threshold=s.threshold, asymmetric=s.asymmetric)
+        options = {"alpha": self.alpha, "threshold": s.threshold, "asymmetric": s.asymmetric}
+        sims = f.similarities(sw, sV, **options)
         ids = f.ids_
         d = 1.0 - sims
         if rnd.exclude:
             d = np.where(np.isin(ids, list(rnd.exclude)), np.inf, d)
         R = min(max(s.shortlist, rnd.k), int(np.isfinite(d).sum()))
         top = topk_by_id(d, ids, R)   # ties broken by id, also at the R-th
-        hits = unverified_hits(ids[top], d[top], sims[top])
+        ref = kernel_reference(sw, sV, *own, f.idf_ if s.idf else None, **options)
+        hits = unverified_hits(ids[top], d[top], similarity_ratio(sims[top], ref))
+
+        def similarities_of(wanted):
+            wanted = np.asarray(wanted, np.int64)
+            at = np.isin(ids, wanted)
+            found = dict(zip(ids[at].tolist(), similarity_ratio(sims[at], ref).tolist(), strict=True))
+            return np.array([found[int(i)] for i in wanted], np.float64)
+
         if rnd.rerank != "spatial":
-            return hits[:rnd.k], []
-        return s.verified(hits, rnd)
+            return hits[:rnd.k], [], None
+        return (*s.verified(hits, rnd), similarities_of)

@@ -1,15 +1,64 @@
 """Scores and correspondences of :class:`retrieval.engine.object_search.ObjectSearcher`: the similarity of each
-dissimilarity (Zhu et al. 2013), unverified hits, and the visual-word correspondences used for verification when
-no stored features are given."""
+dissimilarity (Zhu et al. 2013), the scores of the query photo's own encoding that make a similarity of 1 (BoW
+histogram, ASMK* signatures), unverified hits, and the visual-word correspondences used for verification when no
+stored features are given."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from retrieval.engine.hits import Hit
+from retrieval.search import dissimilarities as dis
+from retrieval.search import smk
 from retrieval.search.invfile import METHODS
 
-__all__ = ["object_similarity", "topk_by_id", "unverified_hits", "word_matches"]
+__all__ = ["bow_dissimilarity", "kernel_reference", "object_similarity", "topk_by_id", "unverified_hits",
+           "word_matches"]
+
+
+def bow_dissimilarity(qw, qtf, tw, ttf, idf, method: str, weight: float) -> float:
+    """The exact float64 dissimilarity (Zhu et al. 2013, eq. 1, 8, 10) between the query histogram ``(qw, qtf)``
+    and one image's ``(tw, ttf)`` (sorted words, term frequencies; ``ttf`` as stored in the postings, float32),
+    both weighted by ``idf`` (n_words,); ``weight``: wbar (delta1) or w (delta2)."""
+    sup = np.union1d(qw, tw)
+    Q = np.zeros(sup.shape[0])
+    T = np.zeros(sup.shape[0])
+    Q[np.searchsorted(sup, qw)] = np.asarray(qtf, np.float64) * idf[qw]
+    T[np.searchsorted(sup, tw)] = np.asarray(ttf, np.float32).astype(np.float64) * idf[tw]
+    if method == "l1":
+        return float(dis.lp_distance(Q, T, 1)[0])
+    if method == "l2":
+        return float(dis.lp_distance(Q, T, 2)[0])
+    if method == "delta1":
+        return float(dis.delta1(Q, T, weight)[0])
+    return float(dis.delta2(Q, T, weight)[0])
+
+
+def kernel_reference(qwords, qvec, own_words, own_sigs, idf=None, *, alpha: float, threshold: float,
+                     asymmetric: bool) -> float:
+    """The normalised ASMK* kernel K(Q, X) of :meth:`retrieval.search.smk.SMKFile.similarities` between a query side
+    ``(qwords (u,) sorted, qvec (u, d) unit rows)`` and one image's stored signatures ``(own_words (v,) sorted,
+    own_sigs (v, d/8) uint8)``, with the collection's ``idf`` (n_words,) or 1 per word (None): the score of the
+    query photo's own encoding, what ``similarity`` 1 means (Tolias et al. 2013, eq. 6-7, 15; the same sums as the
+    inverted file's, one image)."""
+    qwords, own_words = np.asarray(qwords, np.int64), np.asarray(own_words, np.int64)
+    if len(qwords) == 0 or len(own_words) == 0:
+        return 0.0
+    wq = np.ones(len(qwords)) if idf is None else np.asarray(idf, np.float64)[qwords]
+    wo = np.ones(len(own_words)) if idf is None else np.asarray(idf, np.float64)[own_words]
+    qmass, omass = float(wq.sum()), float(wo.sum())
+    if qmass <= 0 or omass <= 0:
+        return 0.0
+    common, iq, io = np.intersect1d(qwords, own_words, assume_unique=True, return_indices=True)
+    v = np.asarray(qvec, np.float64)[iq]
+    bits = np.unpackbits(np.asarray(own_sigs, np.uint8)[io], axis=1)[:, :v.shape[1]].astype(bool)
+    if asymmetric:   # <v, s> / ||v||_1 with s in {-1, +1}^d; a word whose residual is zero adds nothing
+        l1 = np.abs(v).sum(axis=1)
+        u = np.where(l1 > 0, (v * np.where(bits, 1.0, -1.0)).sum(axis=1) / np.where(l1 > 0, l1, 1.0), -np.inf)
+    else:            # the normalised Hamming similarity 1 - 2 h / d of the two signatures
+        u = 1.0 - 2.0 * ((v > 0) != bits).sum(axis=1) / v.shape[1]
+    kernel = smk.selective(np.where(np.isfinite(u), u, threshold), alpha, threshold)
+    return float((wq[iq] * kernel).sum() / np.sqrt(qmass) / np.sqrt(omass))
 
 
 def object_similarity(d, method: str, qv, weight: float) -> np.ndarray:

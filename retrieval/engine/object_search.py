@@ -35,13 +35,12 @@ from retrieval.core.persistence import FormatError, read_folder_header, save_npy
 from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.engine.object_forward import ForwardEntries, forward_words_dtype
 from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
-from retrieval.engine.object_scores import word_matches
+from retrieval.engine.object_scores import bow_dissimilarity, word_matches
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
 from retrieval.rerank.verifier import Described, Verifier
-from retrieval.search import dissimilarities as dis
 from retrieval.search import smk
 from retrieval.search.invfile import METHODS as BOW_METHODS
 from retrieval.search.invfile import InvertedFile, histogram_rows
@@ -265,20 +264,7 @@ class ObjectSearcher:
         for n, i in enumerate(cand):
             words, weights, _, _ = self._fwd[int(i)]
             tw, ttf = self.histogram(words, weights)
-            ttf = ttf.astype(np.float32).astype(np.float64)      # as stored in the postings
-            sup = np.union1d(qw, tw)
-            Q = np.zeros(sup.shape[0])
-            T = np.zeros(sup.shape[0])
-            Q[np.searchsorted(sup, qw)] = qtf * idf[qw]
-            T[np.searchsorted(sup, tw)] = ttf * idf[tw]
-            if method == "l1":
-                out[n] = dis.lp_distance(Q, T, 1)[0]
-            elif method == "l2":
-                out[n] = dis.lp_distance(Q, T, 2)[0]
-            elif method == "delta1":
-                out[n] = dis.delta1(Q, T, weight)[0]
-            else:
-                out[n] = dis.delta2(Q, T, weight)[0]
+            out[n] = bow_dissimilarity(qw, qtf, tw, ttf, idf, method, weight)   # ttf as stored in the postings
         return out
 
     def verifier(self, ratio: float = DEFAULT_RATIO) -> Verifier:
@@ -331,8 +317,9 @@ class ObjectSearcher:
         -------
         list of :class:`retrieval.engine.hits.Hit`, best first, ordered by
         :func:`retrieval.engine.hits.finish_ranking` (verified images by decreasing inliers, then the rest by
-        similarity). ``distance`` is the dissimilarity (smaller is better), ``similarity`` its normalisation to
-        [0, 1] (:func:`object_similarity`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
+        similarity). ``distance`` is the dissimilarity (smaller is better; ``1 - K`` for asmk), ``similarity`` the
+        score relative to that of the query photo's own encoding, in [0, 1] (1 for the query photo;
+        :mod:`retrieval.engine.object_scorers`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
         with ``rerank="spatial"``. The searcher is only read: any number of threads may search it at once.
         """
         check_is_fitted(self, ["vocabulary_"])
@@ -387,6 +374,10 @@ class ObjectSearcher:
             if rnd.checked[hit.id] is not None:
                 hit.verified = True
                 hit.inliers, hit.box = rnd.checked[hit.id]
+        if rnd.first is not None:   # the expanded query's round: a verified hit's similarity is to the query photo
+            ver = [h for h in head if h.verified]
+            for hit, sim in zip(ver, rnd.first([h.id for h in ver]) if ver else [], strict=True):
+                hit.similarity = float(sim)
         hits = finish_ranking(hits, reranked=True)
         verified = [h for h in hits if h.verified and h.box is not None]
         return hits[:rnd.k], verified

@@ -16,7 +16,13 @@ def average_query_expansion(q, hits, checked, n_qe: int, *, first_stage, verify,
     verified hits (skipping the query's own image: inner product with the query above 1 - 1e-5),
     L2-normalised, searched again. Hits verified (or rejected) in the first round keep that
     outcome; new shortlist entries are verified against the original query. Verified hits of the first round
-    that the second search misses are kept, with their similarity to the expanded query."""
+    that the second search misses are kept.
+
+    Similarities: ``first_stage(v, n, reference=q)`` scores the second search's hits relative to the score the
+    expanded query gives the query photo's own stored vector (the query photo stays at 1, the order is the expanded
+    query's); a verified hit keeps its similarity to the query photo (the first round's; for a photo the first
+    round did not rank, the cosine of its vector with ``q``), so that the photos averaged into the expanded query,
+    which it scores about as high as the query photo, do not read as copies of it."""
     cand = [h for h in hits if h.verified][:n_qe + 1]
     V = vectors_of([h.id for h in cand]) if cand else np.zeros((0, len(q)), np.float32)
     V = V[V @ q < 1.0 - 1e-5][:n_qe]  # the query's own image (or an exact copy) adds nothing: skipped
@@ -27,7 +33,7 @@ def average_query_expansion(q, hits, checked, n_qe: int, *, first_stage, verify,
     if norm == 0:
         return hits
     q2 = (q2 / norm).astype(np.float32)
-    second = first_stage(q2, depth)
+    second = first_stage(q2, depth, reference=q)
     fresh = [h for h in second[:shortlist] if h.id not in checked]
     done = {h.id: h for h in verify(fresh)} if fresh else {}
     out = []
@@ -39,11 +45,13 @@ def average_query_expansion(q, hits, checked, n_qe: int, *, first_stage, verify,
             h = done[h.id]
         out.append(h)
     seen = {h.id for h in out}
-    missing = [h for h in hits if h.verified and h.id not in seen]
-    if missing:
-        sims = similarity_from_ip(vectors_of([h.id for h in missing]) @ q2)
-        for h, sim in zip(missing, sims, strict=True):
-            h.similarity = float(sim)
-        out.extend(missing)
+    out.extend(h for h in hits if h.verified and h.id not in seen)   # with their first-round similarity
+    first = {h.id: h.similarity for h in hits}
+    unranked = [h for h in out if h.verified and h.id not in first]
+    if unranked:
+        sims = similarity_from_ip(vectors_of([h.id for h in unranked]) @ q, float(q @ q))
+        first.update(zip([h.id for h in unranked], sims.tolist(), strict=True))
+    for h in out:
+        if h.verified:
+            h.similarity = float(first[h.id])
     return finish_ranking(out, reranked=True)
-

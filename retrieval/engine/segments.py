@@ -371,8 +371,9 @@ class SegmentedStage(FirstStage):
         self.retrain = self.merge_all = False
 
     # ------------------------------------------------------------------ search
-    def search(self, q: np.ndarray, k: int, **options) -> list[Hit]:
-        """The top ``k`` of every segment merged as one stage ranks them (module docstring)."""
+    def search(self, q: np.ndarray, k: int, *, reference: np.ndarray | None = None, **options) -> list[Hit]:
+        """The top ``k`` of every segment merged as one stage ranks them (module docstring); ``reference``: what
+        ``similarity`` 1 means (:meth:`FirstStage.search <retrieval.engine.first_stages.FirstStage.search>`)."""
         parts = [p for p in self._parts() if p.live > 0]
         if not parts:
             return []
@@ -386,10 +387,11 @@ class SegmentedStage(FirstStage):
                     keep = ~np.isin(ids, p.dead)
                     ids, ip, adc = ids[keep], ip[keep], None if adc is None else adc[keep]
                 tops.append((ids, ip, adc))
-            return merge_candidates(tops, k, min(short, sum(p.live for p in parts)))
+            return merge_candidates(tops, k, min(short, sum(p.live for p in parts)),
+                                    self.base.reference_ip(q, reference))
         hits = []
         for p in parts:
-            found = p.stage.search(q, k + len(p.dead), **options)
+            found = p.stage.search(q, k + len(p.dead), reference=reference, **options)
             hits += [h for h in found if not len(p.dead) or not np.isin(h.id, p.dead)]
         hits.sort(key=lambda h: (h.distance, h.id))
         return hits[:k]

@@ -80,14 +80,16 @@ def test_ivfadc_few_probes_keeps_recall(tmp_path, data):
     recall = np.mean([len(set(h.id for h in c.first_stage(q, 10)) & set(exact_top(V, ids, q, 10))) / 10
                       for q in Q])
     assert recall >= 0.9
-    # similarities are exact inner products with the stored (float16) vectors (mapped to (1 + ip) / 2) even when
-    # the shortlist came from IVFADC; float16 storage moves them by less than 1e-3
+    # similarities are exact inner products with the stored (float16) vectors even when the shortlist came from
+    # IVFADC, relative to the query's inner product with its own stored vector; float16 storage moves them by
+    # less than 1e-3
     q = Q[0]
+    own = float(q.astype(np.float16).astype(np.float32) @ q)
     for h in c.first_stage(q, 5):
         row = int(np.flatnonzero(ids == h.id)[0])
         stored = V[row].astype(np.float16).astype(np.float32)
-        assert h.similarity == pytest.approx((1.0 + float(stored @ q)) / 2.0, abs=1e-5)
-        assert h.similarity == pytest.approx((1.0 + float(V[row] @ q)) / 2.0, abs=1e-3)
+        assert h.similarity == pytest.approx(np.clip(float(stored @ q) / own, 0, 1), abs=1e-5)
+        assert h.similarity == pytest.approx(np.clip(float(V[row] @ q), 0, 1), abs=1e-3)
         assert h.score == h.similarity and not h.verified and h.distance is None
 
 
@@ -143,7 +145,8 @@ def test_adc_backend_ranks_by_adc_distance_to_decoded_codes(tmp_path, data):
         hits = c.first_stage(q, 10)
         assert [h.id for h in hits] == [int(c.ids[o]) for o in order]
         assert np.allclose([h.distance for h in hits], d[order], atol=1e-4)
-        assert np.allclose([h.similarity for h in hits], np.clip(1 - d[order] / 4, 0, 1), atol=1e-4)
+        own = float(((pq.decode(pq.encode(q[None])) - q) ** 2).sum())   # the query's distance to its own code
+        assert np.allclose([h.similarity for h in hits], np.clip(1 - (d[order] - own) / 2, 0, 1), atol=1e-4)
 
 
 def test_distinct_inliers_and_degenerate_transforms():
@@ -275,8 +278,11 @@ def test_average_query_expansion_against_a_numpy_oracle(data):
     assert [h.id for h in out if h.verified][:4] == [int(ids[0]), first[5].id, first[9].id, first[30].id]
     rest = [h.id for h in out if not h.verified]
     assert rest == [i for i in oracle if i not in good][:len(rest)]
-    for h in out:
-        assert h.similarity == pytest.approx((1 + float(V[row[h.id]] @ q2)) / 2, abs=1e-5)
+    for h in out:   # verified: the similarity to the query; the others: to the expanded query, relative to its
+        # score of the query's own vector (the query photo stays at 1)
+        want = float(V[row[h.id]] @ q) if h.verified else float(V[row[h.id]] @ q2) / float(q2 @ q)
+        assert h.similarity == pytest.approx(np.clip(want, 0, 1), abs=1e-5)
+    assert out[0].id == ids[0] and out[0].similarity == pytest.approx(1.0, abs=1e-6)
     scores = [h.score for h in out]
     assert scores == sorted(scores, reverse=True)
     # nothing verified but the query itself: no second search

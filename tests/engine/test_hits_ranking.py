@@ -16,6 +16,7 @@ from retrieval.engine.hits import (
     similarity_from_hamming,
     similarity_from_ip,
     similarity_from_sq_distance,
+    similarity_ratio,
     verified_by_rerank,
 )
 
@@ -74,9 +75,16 @@ def test_rank_score_formula():
 
 
 def test_similarity_mappings():
-    np.testing.assert_allclose(similarity_from_ip([-1.0, 0.0, 0.5, 1.0]), [0.0, 0.5, 0.75, 1.0])
-    # the squared distance of unit vectors is 2 - 2 ip: both mappings agree
+    """Each first stage's score relative to the query photo's own (the reference): 1 at the reference, clipped to
+    [0, 1], increasing in the score (decreasing in the distance)."""
+    np.testing.assert_allclose(similarity_from_ip([-1.0, 0.0, 0.5, 1.0], 1.0), [0.0, 0.0, 0.5, 1.0])
+    np.testing.assert_allclose(similarity_from_ip([0.25, 0.5, 0.6], 0.5), [0.5, 1.0, 1.0])
+    np.testing.assert_allclose(similarity_from_ip([0.0, 0.0], 0.0), [0.0, 0.0])   # a query without features
+    # the squared distance of unit vectors is 2 - 2 ip: with an exact code (reference 0) both mappings agree
     ip = np.array([-1.0, -0.2, 0.3, 1.0])
-    np.testing.assert_allclose(similarity_from_sq_distance(2 - 2 * ip), similarity_from_ip(ip))
-    np.testing.assert_allclose(similarity_from_sq_distance([5.0, -0.1]), [0.0, 1.0])  # clipped
-    np.testing.assert_allclose(similarity_from_hamming([0, 64, 256], 256), [1.0, 0.75, 0.0])
+    np.testing.assert_allclose(similarity_from_sq_distance(2 - 2 * ip, 0.0), similarity_from_ip(ip, 1.0))
+    # a coding error of 0.3 on the query's own code: that distance reads 1, the others shift with it
+    np.testing.assert_allclose(similarity_from_sq_distance([0.3, 1.3, 5.0, 0.1], 0.3), [1.0, 0.5, 0.0, 1.0])
+    np.testing.assert_allclose(similarity_from_hamming([0, 64, 128, 200], 0, 256), [1.0, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(similarity_from_hamming([8, 72], 8, 256), [1.0, 0.5])
+    np.testing.assert_allclose(similarity_ratio([0.1, 0.3, 0.4], 0.4), [0.25, 0.75, 1.0])
