@@ -1,10 +1,12 @@
 """``retrieval query``: the score column never increases with the rank, ``similarity`` and ``verified`` are in
-every JSON hit, no box or inliers on an unverified hit, the table has a header line and marks verified hits; for
-the default, compact and object presets (small variants) on a pool of real photos and generated views of them."""
+every JSON hit, no box or inliers on an unverified hit, the table has a header line and marks verified hits; the
+query photo has similarity 1 at rank 1, indexed or as a copy outside the indexed folder; for every user preset
+(default, compact, accurate, object; small variants) on a pool of real photos and generated views of them."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -30,9 +32,9 @@ def preset_for(name):
         p["aggregation"] = {"method": "fisher", "n_components": 8, "alpha": 0.5}
         p["index"] = dict(p["index"], bits=64)
         p["training"] = {"max_images": 200, "max_descriptors": 6000, "random_state": 0}
-    else:
-        p = load_preset("object")
-        p.update(name="q-object", version=1)
+    else:   # object, accurate
+        p = load_preset(name)
+        p.update(name=f"q-{name}", version=1)
         p["object_search"] = {**p["object_search"], "n_words": 500}
         p["training"] = {"max_images": 200, "max_descriptors": 20000, "random_state": 0}
     p["search"] = dict(p["search"], rerank="spatial")
@@ -44,7 +46,7 @@ def pool(tmp_path_factory):
     return make_pool(tmp_path_factory.mktemp("qpool"))
 
 
-@pytest.fixture(scope="module", params=["default", "compact", "object"])
+@pytest.fixture(scope="module", params=["default", "compact", "object", "accurate"])
 def index(request, tmp_path_factory, pool):
     d = tmp_path_factory.mktemp(f"q-{request.param}")
     preset_file = d / "preset.json"
@@ -95,6 +97,29 @@ def test_json_scores_monotonic_and_verified_marked(index, pool):
         for h in query_json(idx, image, "--qe", "0"):
             if h["path"] in sim:
                 assert h["similarity"] == pytest.approx(sim[h["path"]], abs=1e-6)
+
+
+def test_the_query_photo_scores_one_indexed_or_outside(index, pool, tmp_path):
+    """The query photo's own hit has similarity 1 (within 1e-3) at rank 1, the same list whether the query is the
+    indexed file or a copy of it outside the indexed folder; every similarity in [0, 1], never increasing down the
+    first-stage list (--rerank none)."""
+    kind, idx = index
+    for image in (pool[0], pool[len(pool) // 2]):
+        outside = tmp_path / f"copy-{image.name}"
+        shutil.copy(image, outside)
+        inside, copy = query_json(idx, image), query_json(idx, outside)
+        for hits in (inside, copy):
+            assert hits[0]["path"] == str(image.resolve())
+            assert hits[0]["similarity"] == pytest.approx(1.0, abs=1e-3)
+            assert all(0.0 <= h["similarity"] <= 1.0 for h in hits)
+        assert [h["path"] for h in copy] == [h["path"] for h in inside]
+        assert [h["similarity"] for h in copy] == pytest.approx([h["similarity"] for h in inside], abs=1e-6)
+        first_stage = query_json(idx, outside, "--rerank", "none")
+        sims = [h["similarity"] for h in first_stage]
+        assert sims == sorted(sims, reverse=True) and sims[0] == pytest.approx(1.0, abs=1e-3)
+        own = [h["similarity"] for h in first_stage if h["path"] == str(image.resolve())]
+        assert own == [pytest.approx(1.0, abs=1e-3)]
+        assert sims[-1] < 0.9   # the scale is the query photo's: the least similar of 12 photos are far below it
 
 
 def test_table_has_a_header_and_marks_verified_hits(index, pool):
