@@ -62,12 +62,16 @@ class CodeSpace:
         """Codes (n, len(QUERY_TURNS), D) of indexed photos ``ids`` (content ``hashes``): the kept ones, the others
         encoded from their stored features and kept. ``sizes``: filled with ``{id: (w, h)}`` of the photos
         encoded."""
+        from retrieval.core.threads import single_threaded_blas
+
         ids = [int(i) for i in ids]
         kept = self._load()
         missing = [j for j, h in enumerate(hashes) if h not in kept or kept[h][1] is None]
         for n, j in enumerate(missing):
             f = self.searcher.features_of(ids[j])
-            kept[hashes[j]] = (self.turned_codes(f).astype(np.float16), tuple(int(v) for v in f.image_size))
+            with single_threaded_blas():       # one photo's small products (retrieval.core.threads)
+                code = self.turned_codes(f).astype(np.float16)
+            kept[hashes[j]] = (code, tuple(int(v) for v in f.image_size))
             if progress is not None:
                 progress(n + 1, len(missing))
         if missing:

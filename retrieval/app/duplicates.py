@@ -243,7 +243,7 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
     ``threshold`` or more); unverified pairs dropped. A pair whose photos are already joined as the same
     photograph by the pairs reported before it is not checked again (it would change no group); with
     ``features_a``, the query side is a new photo ``features_a[i]`` and every pair is checked."""
-    from retrieval.core.threads import parallel_map
+    from retrieval.core.threads import parallel_map, single_threaded_blas
 
     joined = Components()
 
@@ -272,7 +272,9 @@ def verify_candidates(verifier: PairVerifier, candidates, ids, paths, *, thresho
     for s in range(0, len(candidates), VERIFY_CHUNK):
         chunk = [c for c in candidates[s:s + VERIFY_CHUNK]
                  if features_a is not None or joined.find(c[0]) != joined.find(c[1])]
-        for p, c in zip(parallel_map(one, chunk, threads), chunk, strict=True):
+        with single_threaded_blas():       # small products: one BLAS thread each (retrieval.core.threads)
+            verdicts = parallel_map(one, chunk, threads)
+        for p, c in zip(verdicts, chunk, strict=True):
             if p is not None:
                 out.append(p)
                 if p.kind in ("exact", "near") and features_a is None:
