@@ -306,8 +306,9 @@ class BinaryStage(_CodeRows):
 
     def search(self, q, k, distance="expectation", *, reference=None):
         """Top ``k`` by the code distance ``d``; ``similarity`` = ``1 - 2 (d - d_ref) / bits`` (``hamming``) or
-        ``1 - (d - d_ref) / 2`` (the asymmetric distances, estimates of the squared distance), clipped to [0, 1],
-        with ``d_ref`` the :meth:`reference_distance`."""
+        ``1 - (d - d_ref) / (2 ||g(q)||^2)`` (the asymmetric distances, estimates of the squared distance between
+        the centred projections ``g``: an estimated cosine of them), clipped to [0, 1], with ``d_ref`` the
+        :meth:`reference_distance`."""
         n = len(self._ids)
         if n == 0:
             return []
@@ -315,7 +316,10 @@ class BinaryStage(_CodeRows):
         keep = rows[0] >= 0
         d, rows = np.asarray(D[0], np.float64)[keep], rows[0][keep]
         ref = self.reference_distance(q, reference, distance)
-        sims = (similarity_from_hamming(d, ref, self.embedding.nbits) if distance == "hamming"
-                else similarity_from_sq_distance(d, ref))
+        if distance == "hamming":
+            sims = similarity_from_hamming(d, ref, self.embedding.nbits)
+        else:
+            g = self.embedding.project(np.asarray(q, np.float32)[None, :]).astype(np.float64)
+            sims = similarity_from_sq_distance(d, ref, float(np.sum(g * g)))
         return [Hit(int(self._ids[r]), float(s), similarity=float(s), distance=float(x))
                 for x, r, s in zip(d, rows, sims, strict=True)]

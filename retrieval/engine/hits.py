@@ -120,15 +120,18 @@ REFERENCE_FLOOR = 1e-12
 """A reference score at or below this is no reference (a query without features scores 0 against everything)."""
 
 
-def similarity_ratio(score, reference: float):
-    """``score / reference`` clipped to [0, 1], for the first stages whose score is a similarity that the query's
-    own encoding maximises (an inner product, a normalised kernel): ``reference`` is the score of that encoding.
+def similarity_ratio(score, reference: float, alpha: float = 1.0):
+    """``(score / reference) ** (1 / alpha)`` clipped to [0, 1], for the first stages whose score is a similarity
+    that the query's own encoding maximises (an inner product, a normalised kernel): ``reference`` is the score of
+    that encoding. ``alpha``: the exponent of a selective kernel's per-word similarity ``u ** alpha`` (ASMK*,
+    Tolias et al. 2013, eq. 7), whose root brings the ratio back to the scale of ``u`` (a cosine of descriptors).
     Without a positive reference the score is only clipped."""
     score = np.asarray(score, dtype=np.float64)
     reference = float(reference)
     if reference > REFERENCE_FLOOR:
         score = score / reference
-    return np.clip(score, 0.0, 1.0)
+    score = np.clip(score, 0.0, 1.0)
+    return score if alpha == 1.0 else score ** (1.0 / float(alpha))
 
 
 def similarity_from_ip(ip, reference_ip: float):
@@ -138,12 +141,14 @@ def similarity_from_ip(ip, reference_ip: float):
     return similarity_ratio(ip, reference_ip)
 
 
-def similarity_from_sq_distance(d, reference_d: float):
-    """Squared distances ``d`` of a query to the codes of unit vectors (ADC, the asymmetric distances of binary
-    codes: about ``2 - 2 cos`` plus the coding error) -> ``1 - (d - reference_d) / 2`` clipped to [0, 1], with
-    ``reference_d`` the query's distance to its own code through the same tables: the estimated cosine, shifted so
-    that the query photo's code scores 1."""
-    return np.clip(1.0 - (np.asarray(d, dtype=np.float64) - float(reference_d)) / 2.0, 0.0, 1.0)
+def similarity_from_sq_distance(d, reference_d: float, energy: float = 1.0):
+    """Squared distances ``d`` of a query ``x`` to codes (ADC, the asymmetric distances of binary codes: about
+    ``||x||^2 + ||y||^2 - 2 <x, y>`` plus the coding error) -> ``1 - (d - reference_d) / (2 energy)`` clipped to
+    [0, 1], with ``reference_d`` the query's distance to its own code through the same tables and ``energy`` the
+    squared norm of the query as coded (1 for unit vectors; ``||g(x)||^2`` for the centred projection of a binary
+    embedding): the estimated cosine, shifted so that the query photo's code scores 1."""
+    scale = 2.0 * float(energy) if energy > REFERENCE_FLOOR else 2.0
+    return np.clip(1.0 - (np.asarray(d, dtype=np.float64) - float(reference_d)) / scale, 0.0, 1.0)
 
 
 def similarity_from_hamming(h, reference_h: float, nbits: int):

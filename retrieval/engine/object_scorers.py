@@ -10,7 +10,7 @@
 
 In both, a hit's ``similarity`` is its score relative to the score of the query photo's own encoding (its histogram,
 or its signatures with one word per descriptor, as an indexed copy stores them) through the same formula, clipped
-to [0, 1]: 1 for the query photo. In the query-expansion round the unverified hits' are relative to the expanded
+to [0, 1] (for ASMK*, its alpha-th root): 1 for the query photo. In the query-expansion round the unverified hits' are relative to the expanded
 query's score of that same encoding, and a verified hit keeps its first-round similarity (:attr:`Round.first`).
 
 Both read the searcher only. Everything that varies per search lives in one :class:`Round` (the query, the box,
@@ -186,7 +186,8 @@ class AsmkScorer:
 
     def rank(self, sw, sV, rnd: Round, own):
         """One round: the kernel against every image, the top R by ``1 - K`` (the hits' ``distance``), ``similarity``
-        = ``K / K(own)`` clipped to [0, 1] (``own``: the query photo's words and signatures), verification;
+        = ``(K / K(own)) ** (1 / alpha)`` clipped to [0, 1] (``own``: the query photo's words and signatures; the
+        root puts the kernel's per-word ``u ** alpha`` back on the scale of ``u``), verification;
         ``(hits[:k], verified, similarities)``, the last a function of ids giving this round's similarities."""
         s = self.searcher
         f = s.smk_
@@ -199,12 +200,12 @@ class AsmkScorer:
         R = min(max(s.shortlist, rnd.k), int(np.isfinite(d).sum()))
         top = topk_by_id(d, ids, R)   # ties broken by id, also at the R-th
         ref = kernel_reference(sw, sV, *own, f.idf_ if s.idf else None, **options)
-        hits = unverified_hits(ids[top], d[top], similarity_ratio(sims[top], ref))
+        hits = unverified_hits(ids[top], d[top], similarity_ratio(sims[top], ref, self.alpha))
 
         def similarities_of(wanted):
             wanted = np.asarray(wanted, np.int64)
             at = np.isin(ids, wanted)
-            found = dict(zip(ids[at].tolist(), similarity_ratio(sims[at], ref).tolist(), strict=True))
+            found = dict(zip(ids[at].tolist(), similarity_ratio(sims[at], ref, self.alpha).tolist(), strict=True))
             return np.array([found[int(i)] for i in wanted], np.float64)
 
         if rnd.rerank != "spatial":

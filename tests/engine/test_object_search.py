@@ -226,8 +226,9 @@ def test_asmk_finds_the_object_and_survives_save_remove(asmk_world, tmp_path):
     hits = s.search(q, bbox=box, k=12, method="asmk", alpha=3.0, rerank="none")
     assert {hits[0].id, hits[1].id} == {102, 108}
     assert all(0.0 <= h.similarity <= 1.0 for h in hits)
-    # distance = 1 - K(Q, T), similarity = K(Q, T) / K(Q, own encoding of Q): one positive factor per query
-    factors = [h.similarity / (1.0 - h.distance) for h in hits if 0.0 < h.similarity < 1.0]
+    # distance = 1 - K(Q, T), similarity = (K(Q, T) / K(Q, own encoding of Q)) ** (1 / alpha): similarity ** alpha
+    # is K times one positive factor per query
+    factors = [h.similarity ** 3.0 / (1.0 - h.distance) for h in hits if 0.0 < h.similarity < 1.0]
     assert len(factors) >= 3 and np.allclose(factors, factors[0], rtol=1e-9) and factors[0] > 0
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # the box matters: the clutter outside it shares no object with 102 / 108
