@@ -201,7 +201,8 @@ class CodesStage(_CodeRows):
 
     def search(self, q, k, *, reference=None, **options):
         """Top ``k`` by ADC distance; ``distance`` = the squared ADC distance ``d``, ``similarity`` =
-        ``1 - (d - d_ref) / 2`` clipped to [0, 1] with ``d_ref`` the :meth:`reference_distance`
+        ``1 - (d - d_ref) / (2 ||q||^2)`` clipped to [0, 1] (``||q|| = 1``; 0 for a query without features) with
+        ``d_ref`` the :meth:`reference_distance`
         (:func:`retrieval.engine.hits.similarity_from_sq_distance`)."""
         from retrieval.codes.scan import lut_scan_topk
 
@@ -216,7 +217,8 @@ class CodesStage(_CodeRows):
         else:
             D, found = self.ivf.search(q[None, :], kk)
             pairs = [(float(d), int(i)) for d, i in zip(D[0], found[0], strict=True) if i >= 0]
-        sims = similarity_from_sq_distance([d for d, _ in pairs], self.reference_distance(q, reference))
+        energy = float(np.dot(np.asarray(q, np.float64), np.asarray(q, np.float64)))   # 1 (unit), 0 (no features)
+        sims = similarity_from_sq_distance([d for d, _ in pairs], self.reference_distance(q, reference), energy)
         return [Hit(i, float(s), similarity=float(s), distance=d) for (d, i), s in zip(pairs, sims, strict=True)]
 
 
@@ -305,10 +307,12 @@ class BinaryStage(_CodeRows):
         return float(D[0, 0])
 
     def search(self, q, k, distance="expectation", *, reference=None):
-        """Top ``k`` by the code distance ``d``; ``similarity`` = ``1 - 2 (d - d_ref) / bits`` (``hamming``) or
-        ``1 - (d - d_ref) / (2 ||g(q)||^2)`` (the asymmetric distances, estimates of the squared distance between
-        the centred projections ``g``: an estimated cosine of them), clipped to [0, 1], with ``d_ref`` the
-        :meth:`reference_distance`."""
+        """Top ``k`` by the code distance ``d``, with ``d_ref`` the :meth:`reference_distance`; ``similarity``,
+        clipped to [0, 1]: ``1 - 2 (d - d_ref) / bits`` (``hamming``); ``1 - 2 (d - d_ref) / W`` with ``W = sum_k
+        (g_k(q) - t_k)^2`` (``lower_bound``: a Hamming distance weighted by the query's margin to each threshold,
+        Gordo et al. 2014, eq. 30-33, of which ``W`` is the largest value); ``1 - (d - d_ref) / (2 ||g(q)||^2)``
+        (``expectation``, ``expectation_hat``: estimates of the squared distance between the centred projections
+        ``g``, so an estimated cosine of them)."""
         n = len(self._ids)
         if n == 0:
             return []
@@ -319,7 +323,11 @@ class BinaryStage(_CodeRows):
         if distance == "hamming":
             sims = similarity_from_hamming(d, ref, self.embedding.nbits)
         else:
-            g = self.embedding.project(np.asarray(q, np.float32)[None, :]).astype(np.float64)
-            sims = similarity_from_sq_distance(d, ref, float(np.sum(g * g)))
+            g = self.embedding.project(np.asarray(q, np.float32)[None, :]).astype(np.float64)[0]
+            if distance == "lower_bound":
+                margin = float(np.sum((g - self.embedding.thresholds_) ** 2))
+                sims = similarity_from_hamming(d, ref, max(margin, 1e-12))
+            else:
+                sims = similarity_from_sq_distance(d, ref, float(np.sum(g * g)))
         return [Hit(int(self._ids[r]), float(s), similarity=float(s), distance=float(x))
                 for x, r, s in zip(d, rows, sims, strict=True)]

@@ -146,14 +146,18 @@ def similarity_from_sq_distance(d, reference_d: float, energy: float = 1.0):
     ``||x||^2 + ||y||^2 - 2 <x, y>`` plus the coding error) -> ``1 - (d - reference_d) / (2 energy)`` clipped to
     [0, 1], with ``reference_d`` the query's distance to its own code through the same tables and ``energy`` the
     squared norm of the query as coded (1 for unit vectors; ``||g(x)||^2`` for the centred projection of a binary
-    embedding): the estimated cosine, shifted so that the query photo's code scores 1."""
-    scale = 2.0 * float(energy) if energy > REFERENCE_FLOOR else 2.0
-    return np.clip(1.0 - (np.asarray(d, dtype=np.float64) - float(reference_d)) / scale, 0.0, 1.0)
+    embedding): the estimated cosine, shifted so that the query photo's code scores 1. A query of no energy (no
+    features) scores 0."""
+    d = np.asarray(d, dtype=np.float64)
+    if not energy > REFERENCE_FLOOR:
+        return np.zeros(d.shape)
+    return np.clip(1.0 - (d - float(reference_d)) / (2.0 * float(energy)), 0.0, 1.0)
 
 
-def similarity_from_hamming(h, reference_h: float, nbits: int):
+def similarity_from_hamming(h, reference_h: float, nbits: float):
     """Hamming distances ``h`` of ``nbits``-bit codes -> ``1 - 2 (h - reference_h) / nbits`` clipped to [0, 1]
     (the normalised Hamming similarity ``1 - 2 h / b``, Charikar 2002; ``reference_h``: the distance to the query
-    photo's own code, 0 for the query itself): 1 for the query photo, 0 for half the bits differing (unrelated)."""
+    photo's own code, 0 for the query itself): 1 for the query photo, 0 for half the bits differing (unrelated).
+    A weighted Hamming distance passes the sum of its weights as ``nbits``."""
     h = np.asarray(h, dtype=np.float64)
     return np.clip(1.0 - 2.0 * (h - float(reference_h)) / float(nbits), 0.0, 1.0)

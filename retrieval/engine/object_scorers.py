@@ -112,7 +112,10 @@ class BowScorer:
         return self.rank(qw2, qtf2, rnd, own)[0]
 
     def similarities(self, d, qw, qtf, qv, weight, own):
-        """:func:`object_similarity` of the dissimilarities ``d`` relative to that of the histogram ``own``."""
+        """:func:`object_similarity` of the dissimilarities ``d`` relative to that of the histogram ``own`` (0 for a
+        query without words)."""
+        if len(qw) == 0:
+            return np.zeros(len(d))
         ref = bow_dissimilarity(qw, qtf, *own, self.searcher.invfile_.idf_, self.method, weight)
         sims = object_similarity(d, self.method, qv, weight)
         return similarity_ratio(sims, float(object_similarity([ref], self.method, qv, weight)[0]))

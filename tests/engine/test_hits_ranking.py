@@ -85,6 +85,10 @@ def test_similarity_mappings():
     np.testing.assert_allclose(similarity_from_sq_distance(2 - 2 * ip, 0.0), similarity_from_ip(ip, 1.0))
     # a coding error of 0.3 on the query's own code: that distance reads 1, the others shift with it
     np.testing.assert_allclose(similarity_from_sq_distance([0.3, 1.3, 5.0, 0.1], 0.3), [1.0, 0.5, 0.0, 1.0])
+    # a projection of squared norm 0.4: distances on its scale; no energy (no features): 0
+    np.testing.assert_allclose(similarity_from_sq_distance([0.3, 0.7], 0.3, 0.4), [1.0, 0.5])
+    np.testing.assert_allclose(similarity_from_sq_distance([0.3, 0.7], 0.3, 0.0), [0.0, 0.0])
     np.testing.assert_allclose(similarity_from_hamming([0, 64, 128, 200], 0, 256), [1.0, 0.5, 0.0, 0.0])
     np.testing.assert_allclose(similarity_from_hamming([8, 72], 8, 256), [1.0, 0.5])
     np.testing.assert_allclose(similarity_ratio([0.1, 0.3, 0.4], 0.4), [0.25, 0.75, 1.0])
+    np.testing.assert_allclose(similarity_ratio([0.004, 0.125, 0.5], 0.5, alpha=3.0), [0.2, 0.25 ** (1 / 3), 1.0])

@@ -102,9 +102,12 @@ def test_global_stages_give_the_query_photo_one(vectors, tmp_path, kind, options
         assert hits[0].similarity == pytest.approx(1.0, abs=TOL)
         if exact_order:
             assert int(ids[row]) in [h.id for h in hits if h.similarity >= 1.0 - TOL]
-        # the least similar photos are far below 1: the scale is not (1 + cos) / 2 (d_LB, a lower bound of the
-        # distance, reads higher: docs/formats.md)
-        assert hits[-1].similarity < (0.8 if options.get("distance") == "lower_bound" else 0.2)
+        # the least similar photos are far below 1: the scale is not (1 + cos) / 2
+        assert hits[-1].similarity < 0.2
+    # a query without features (a zero vector) scores 0 against every photo (a binary embedding centres its input:
+    # the zero vector projects to a point like any other)
+    if kind != "binary":
+        assert all(h.similarity == 0.0 for h in b.first_stage(np.zeros(D_GLOBAL, np.float32), 10, **options))
     # exact inner products: the similarity is the cosine (float32 rows) or within 1e-3 of it (float16)
     if kind in ("flat32", "flat16", "ivfadc-shortlist"):
         q = unit_rows(1, D_GLOBAL, 9)[0]
@@ -187,6 +190,14 @@ def test_object_stages_give_the_query_photo_one(searcher, scenes, method, rerank
         others = [s for i, s in own.items() if (i - 100) % 5 != j % 5]
         if method == "asmk":
             assert not others or max(others) < min(same)
+
+
+@pytest.mark.parametrize("method", ["l1", "l2", "delta1", "delta2", "asmk"])
+def test_a_query_without_features_scores_zero(searcher, method):
+    empty = LocalFeatures(frames=np.zeros((0, 6), np.float32), descriptors=np.zeros((0, D_LOCAL), np.float32),
+                          image_size=(640, 480))
+    hits = searcher.search(empty, k=5, method=method, rerank="none")
+    assert len(hits) == 5 and all(h.similarity == 0.0 for h in hits)
 
 
 @pytest.mark.parametrize("method", ["l1", "asmk"])
