@@ -9,11 +9,11 @@ import logging
 from collections.abc import Callable
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from retrieval.aggregation.normalize import l2_normalize, power_normalize
 from retrieval.core.checks import check_array, check_is_fitted, check_scalar
 from retrieval.core.persistence import PersistableMixin
+from retrieval.core.threads import single_threaded_blas
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def encode_all(descriptor_sets, encode_one: Callable[[np.ndarray], np.ndarray], 
     n = len(sets)
     V = np.zeros((n, dim), dtype=dtype)
     empty = np.zeros(n, dtype=bool)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with single_threaded_blas():
         for i, X in enumerate(sets):
             arr = checked_image(X, i, d, names)
             if arr is None:

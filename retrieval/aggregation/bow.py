@@ -16,7 +16,6 @@ import numbers
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
 
 from retrieval.aggregation._common import Aggregator, as_image_list, checked_image
 from retrieval.aggregation.kmeans import KMeansVocabulary
@@ -24,6 +23,7 @@ from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.aggregation.normalize import l1_normalize, l2_normalize
 from retrieval.core.checks import NotFittedError, check_choice, check_is_fitted, check_scalar
 from retrieval.core.nearest import nearest_centers, sq_norms
+from retrieval.core.threads import single_threaded_blas
 
 __all__ = ["BoW"]
 
@@ -177,7 +177,7 @@ class BoW(Aggregator):
         C = self.cluster_centers_
         c_sq = sq_norms(C)
         indptr, indices, data = [0], [], []
-        with threadpool_limits(limits=1, user_api="blas"):
+        with single_threaded_blas():
             for i, X in enumerate(sets):
                 arr = checked_image(X, i, self.n_features_in_, names)
                 if arr is not None:

@@ -187,9 +187,10 @@ def _prepare(data_dir, workdir: Path, n: int, extractor, store, workers) -> Path
 
 
 def bench_speed(data_dir, workdir, sizes=(1000, 10000), *, preset: str = "default", workers: int | None = None,
-                threads: int = 2) -> list[dict]:
+                threads: int | None = None) -> list[dict]:
     """Photos per second of ``find_duplicates`` at each size (module docstring): ``{"n", "real", "copies",
-    "synthetic", "index_s", "cold_s", "warm_s", "cold_photos_per_s", "warm_photos_per_s", "groups": {kind: n}}``."""
+    "synthetic", "index_s", "cold_s", "warm_s", "cold_photos_per_s", "warm_photos_per_s", "groups": {kind: n}}``;
+    ``threads``: verification threads (None: the default of ``retrieval duplicates``)."""
     from retrieval.app.duplicate_codes import CODES_FILE
     from retrieval.app.duplicates import find_duplicates
     from retrieval.app.index import Index
@@ -215,7 +216,7 @@ def bench_speed(data_dir, workdir, sizes=(1000, 10000), *, preset: str = "defaul
         row = {"n": idx.catalog.count("indexed"), "preset": preset, "index_s": round(index_s, 1)}
         for label in ("cold", "warm"):
             t0 = time.perf_counter()
-            groups = find_duplicates(idx, threads=threads)
+            groups = find_duplicates(idx) if threads is None else find_duplicates(idx, threads=threads)
             s = time.perf_counter() - t0
             row[f"{label}_s"] = round(s, 2)
             row[f"{label}_photos_per_s"] = round(row["n"] / s, 1)
