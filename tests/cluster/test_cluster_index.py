@@ -306,5 +306,4 @@ def test_bench_scale_keeps_dask_quiet_without_verbose():
         return [ln for ln in res.stderr.splitlines() if " - INFO - " in ln or ln.startswith("INFO")]
 
     assert stderr_of() == []
-    assert stderr_of("-q") == []
     assert stderr_of("-v") != []
