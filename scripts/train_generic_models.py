@@ -5,7 +5,9 @@ not kept in the repository, and a wheel built after it includes them.
 
 For each bundled preset: an index is created with the training images as its explicit training set, one of them is
 indexed (which trains the model), and the index's ``model/`` folder is copied to ``retrieval/data/models/<preset>``
-with ``provenance.json`` (training images, count, library version, date, model key, ``use_below``).
+with ``provenance.json`` (training images, count, library version, date, model key, ``use_below``: the
+threshold of the library that built it, for the record; an index follows the installed library's
+:data:`~retrieval.app.generic_models.USE_BELOW`, so a change of threshold needs no retraining).
 
 Training images: the 805 INRIA Holidays photos of ``../shared/data/real/holidays805/jpg`` (Jegou et al. 2008;
 everyday holiday photos, 325 x 243 thumbnails). They are independent of the demo photos and of a user's folder;
@@ -26,12 +28,11 @@ import tempfile
 from pathlib import Path
 
 from retrieval._version import __version__
-from retrieval.app.generic_models import model_key, models_folder, provenance
+from retrieval.app.generic_models import TRAINING_FOLDER, USE_BELOW, model_key, models_folder, provenance
 from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset
 from retrieval.features.image import IMAGE_EXTENSIONS
 
-USE_BELOW = 100
 SOURCE = ("INRIA Holidays (Jegou, Douze and Schmid, ECCV 2008): 805 photos, 325 x 243 thumbnails "
           "(../shared/data/real/holidays805/jpg)")
 
@@ -47,7 +48,7 @@ def main() -> None:
     if not names:
         print("generic models up to date")
         return
-    folder = Path(args.data) / "real" / "holidays805" / "jpg"
+    folder = Path(args.data).joinpath(*TRAINING_FOLDER)
     if not folder.is_dir():
         raise SystemExit(f"{folder}: not found; the generic models are learnt from these photos.")
     images = sorted(str(p.resolve()) for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)

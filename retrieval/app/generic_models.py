@@ -20,13 +20,20 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["MODEL_SECTIONS", "TRAIN_ON", "generic_model", "model_key", "models_folder", "provenance"]
+__all__ = ["MODEL_SECTIONS", "TRAINING_FOLDER", "TRAIN_ON", "USE_BELOW", "generic_model", "model_key", "models_folder",
+           "provenance"]
 
 MODEL_SECTIONS = ("features", "local_pca", "aggregation", "projection", "index", "object_search", "training")
 """Preset sections that shape a trained model: a preset whose sections differ from those the generic model was
 learnt with (a user's ``--set`` of an index-time key, for instance) never gets it."""
 
 TRAIN_ON = ("auto", "collection", "generic")
+
+TRAINING_FOLDER = ("real", "holidays805", "jpg")
+"""The generic models' training photos, under the shared data folder (``scripts/train_generic_models.py --data``)."""
+
+USE_BELOW = 100
+"""``auto`` imports the generic model when the first sync holds fewer readable images than this."""
 
 
 def models_folder() -> Path:
@@ -43,12 +50,15 @@ def model_key(preset: dict) -> str:
 
 
 def provenance(preset: dict) -> dict | None:
-    """The generic model's ``provenance.json`` for ``preset``, or None when none matches its :func:`model_key`."""
+    """The generic model's ``provenance.json`` for ``preset``, or None when none matches its :func:`model_key`.
+
+    Its ``use_below`` is this library's :data:`USE_BELOW`: a model folder built by an earlier set-up keeps its
+    model but follows the current threshold."""
     path = models_folder() / preset["name"] / "provenance.json"
     if not path.is_file():
         return None
     info = json.loads(path.read_text("utf-8"))
-    return info if info.get("model_key") == model_key(preset) else None
+    return {**info, "use_below": USE_BELOW} if info.get("model_key") == model_key(preset) else None
 
 
 def generic_model(preset: dict) -> Path | None:

@@ -5,6 +5,7 @@ from retrieval.cli import (  # noqa: F401  (register)
     app,
     bench_cli,
     bench_duplicates,
+    bench_generic,
     bench_library,
     binary,
     duplicates,
