@@ -28,9 +28,6 @@ CODES_FILE = "duplicate-codes.npz"
 QUERY_TURNS = (0, 1, 2)
 """Quarter turns of each photo's code compared with the others' upright codes (0, 90 and 180 degrees)."""
 
-ENCODE_THREADS = 2
-"""Photos encoded side by side when codes are missing (each with one BLAS thread)."""
-
 ENCODE_CHUNK = 64
 """Photos encoded between two progress calls."""
 
@@ -64,27 +61,21 @@ class CodeSpace:
         ok = can_turn(features)
         return self.encode([turned(features, k) if ok else features for k in turns])
 
-    def codes(self, ids, hashes, progress=None, sizes: dict | None = None, threads: int = ENCODE_THREADS) -> np.ndarray:
+    def codes(self, ids, hashes, progress=None, sizes: dict | None = None) -> np.ndarray:
         """Codes (n, len(QUERY_TURNS), D) of indexed photos ``ids`` (content ``hashes``): the kept ones, the others
-        encoded from their stored features (``threads`` photos side by side: the products release the GIL) and
-        kept. ``sizes``: filled with ``{id: (w, h)}`` of the photos encoded."""
-        from retrieval.core.threads import parallel_map, single_threaded_blas
+        encoded from their stored features and kept. ``sizes``: filled with ``{id: (w, h)}`` of the photos
+        encoded."""
+        from retrieval.core.threads import single_threaded_blas
 
         ids = [int(i) for i in ids]
         kept = self._load()
         missing = [j for j, h in enumerate(hashes) if h not in kept or kept[h][1] is None]
-
-        def one(j):
-            f = self.searcher.features_of(ids[j])
-            with single_threaded_blas():       # one photo's small products (retrieval.core.threads)
-                return self.turned_codes(f).astype(np.float16), tuple(int(v) for v in f.image_size)
-
-        for s in range(0, len(missing), ENCODE_CHUNK):
-            chunk = missing[s:s + ENCODE_CHUNK]
-            for j, kept_code in zip(chunk, parallel_map(one, chunk, threads), strict=True):
-                kept[hashes[j]] = kept_code
-            if progress is not None:
-                progress(s + len(chunk), len(missing))
+        with single_threaded_blas():       # one photo's small products (retrieval.core.threads)
+            for n, j in enumerate(missing):
+                f = self.searcher.features_of(ids[j])
+                kept[hashes[j]] = (self.turned_codes(f).astype(np.float16), tuple(int(v) for v in f.image_size))
+                if progress is not None and (n + 1 == len(missing) or n % ENCODE_CHUNK == 0):
+                    progress(n + 1, len(missing))
         if missing:
             self._save(kept)
         if sizes is not None:
