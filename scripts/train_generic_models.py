@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from retrieval._version import __version__
-from retrieval.app.generic_models import TRAINING_FOLDER, USE_BELOW, model_key, models_folder, provenance
+from retrieval.app.generic_models import TRAINING_FOLDER, model_key, models_folder, provenance, use_below
 from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset
 from retrieval.features.image import IMAGE_EXTENSIONS
@@ -66,7 +66,7 @@ def main() -> None:
             shutil.copytree(idx.path / "model", out)
         size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
         prov = {"preset": name, "preset_version": preset["version"], "model_key": model_key(preset),
-                "trained_on": SOURCE, "images": len(images), "use_below": USE_BELOW,
+                "trained_on": SOURCE, "images": len(images), "use_below": use_below(name),
                 "library_version": __version__, "date": datetime.date.today().isoformat(),
                 "effective": info.get("effective") or {}, "bytes": size}
         (out / "provenance.json").write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n", "utf-8")

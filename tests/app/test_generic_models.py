@@ -13,7 +13,14 @@ from conftest import FEATURE_CACHE, shared_path
 
 from retrieval.app import generic_models
 from retrieval.app.demo_data import build_demo_folder
-from retrieval.app.generic_models import USE_BELOW, generic_model, model_key, models_folder, provenance
+from retrieval.app.generic_models import (
+    GENERIC_UP_TO,
+    USE_BELOW,
+    generic_model,
+    model_key,
+    models_folder,
+    provenance,
+)
 from retrieval.app.index import Index
 from retrieval.engine.paper_presets import apply_overrides
 from retrieval.engine.presets import load_preset
@@ -35,7 +42,7 @@ def test_each_main_preset_has_a_generic_model_with_its_provenance(built, name):
     folder = generic_model(preset)
     model = json.loads((folder / "model.json").read_text())
     assert (model["preset"], model["preset_version"]) == (name, preset["version"])
-    assert info["images"] >= 500 and "Holidays" in info["trained_on"] and info["use_below"] == USE_BELOW
+    assert info["images"] >= 500 and "Holidays" in info["trained_on"] and info["use_below"] == USE_BELOW[name]
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p.name != "provenance.json")
     assert size == info["bytes"] and size < 12e6        # wheel-sized: the sizes are in docs/user-guide.md
     assert model["trained_on"] == info["images"]
@@ -70,11 +77,11 @@ def demo(tmp_path_factory):
     return folder, made, queries
 
 
-def test_small_folder_uses_the_generic_model_and_ranks_the_demo_at_least_as_well(built, demo, tmp_path):
+def test_the_generic_model_ranks_the_demo_at_least_as_well_as_the_folder_s_own(built, demo, tmp_path):
     folder, made, queries = demo
     n = len(made["photos"]) + sum(len(v) for v in made["views"].values())
     assert 40 <= n <= 60
-    generic = Index.create(tmp_path / "g", "default", feature_store=FEATURE_CACHE)   # train_on="auto"
+    generic = Index.create(tmp_path / "g", "default", feature_store=FEATURE_CACHE, train_on="generic")
     generic.sync(folder)
     own = Index.create(tmp_path / "c", "default", feature_store=FEATURE_CACHE, train_on="collection")
     own.sync(folder)
@@ -92,10 +99,10 @@ def test_the_threshold_is_the_library_s_even_for_models_built_before(monkeypatch
     """A provenance written by an earlier set-up (another use_below) follows this library's USE_BELOW."""
     preset = load_preset("default")
     (tmp_path / "default").mkdir()
-    old = {"model_key": model_key(preset), "use_below": USE_BELOW + 77, "images": 805}
+    old = {"model_key": model_key(preset), "use_below": USE_BELOW["default"] + 77, "images": 805}
     (tmp_path / "default" / "provenance.json").write_text(json.dumps(old))
     monkeypatch.setattr(generic_models, "models_folder", lambda: tmp_path)
-    assert provenance(preset)["use_below"] == USE_BELOW and provenance(preset)["images"] == 805
+    assert provenance(preset)["use_below"] == USE_BELOW["default"] and provenance(preset)["images"] == 805
     assert generic_model(preset) == tmp_path / "default"
 
 
@@ -103,11 +110,12 @@ def test_auto_uses_the_generic_model_below_the_threshold_and_learns_from_it_on(b
     from retrieval.bench.app import make_synthetic_folder
 
     folder = tmp_path / "photos"
-    make_synthetic_folder(folder, USE_BELOW - 1, side=96)
+    made = make_synthetic_folder(folder, GENERIC_UP_TO["default"], side=96, views=5)   # the largest to get it
     below = Index.create(tmp_path / "below", "default", feature_store=FEATURE_CACHE)   # train_on="auto"
     report = below.sync(folder)
+    assert len(made) == USE_BELOW["default"] - 1 and not report.errors
     assert not report.trained and below.catalog.get_meta("model")["generic"] is True
-    monkeypatch.setattr(generic_models, "USE_BELOW", 20)        # the same folder, now above the threshold
+    monkeypatch.setitem(generic_models.USE_BELOW, "default", 10)   # the same folder, now above the threshold
     above = Index.create(tmp_path / "above", "default", feature_store=FEATURE_CACHE)
     report = above.sync(folder)
     assert report.trained and "generic" not in above.catalog.get_meta("model")
