@@ -118,7 +118,7 @@ class Index:
             indexes may share one
         exist_ok : bool — open an existing index built with the same preset instead of failing
         train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
-            (:mod:`retrieval.app.generic_models`; auto: the generic model below 100 images)
+            (:mod:`retrieval.app.generic_models`; auto: the generic model up to the preset's ``GENERIC_UP_TO`` images)
         shards : int — shards of the searchable state (:mod:`retrieval.app.shards`), fixed at creation
         **options : ``verification_cache_mb``, ``verify_threads`` (:meth:`open`)
         """

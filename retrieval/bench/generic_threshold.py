@@ -1,7 +1,7 @@
 """Benchmark ``retrieval bench generic``: from what folder size a new index should learn its own model.
 
 A first index of a folder either imports the package's generic model (:mod:`retrieval.app.generic_models`) or
-learns one from the folder. For each preset and each size N (50, 100, 200, 400, 800 photos), the first N photos of
+learns one from the folder. For each preset and each size N (25, 50, 100, 200, 400, 800 photos), the first N photos of
 a real set, taken as whole groups (every group kept whole, so that each query has all its positives; the set's
 distractors fill the remainder), are indexed twice: ``train_on="generic"`` and ``train_on="collection"``. Each
 group's first photo is queried; mAP follows the Holidays protocol (query left out of its own list, trapezoidal AP,
@@ -33,7 +33,9 @@ from retrieval.evaluation.ap import average_precision
 
 logger = logging.getLogger(__name__)
 
-SIZES = (50, 100, 200, 400, 800)
+SIZES = (25, 50, 100, 200, 400, 800)
+PRESETS = ("default", "compact", "accurate", "object")
+"""The bundled presets with a generic model."""
 MIN_REST = 400
 """Fewest photos outside the N measured for the "rest of the set" stand-in (the shipped models learnt from 805)."""
 SETS = {"holidays805": ("real", "holidays805.json"), "ukbench400": ("real", "ukbench400.json")}
@@ -169,7 +171,7 @@ def measure(folder: Path, preset: str, bench, subset: Subset, model, *, feature_
     return m, seconds, float(report.stage_seconds.get("train", 0.0))
 
 
-def bench_generic(data, workdir, *, presets=("default", "accurate"), sets=tuple(SETS), sizes=SIZES,
+def bench_generic(data, workdir, *, presets=PRESETS, sets=tuple(SETS), sizes=SIZES,
                   feature_store=None, workers: int | None = 1):
     """Yield one row per (preset, set, size): the generic model against the folder-trained one.
 
