@@ -64,7 +64,8 @@ def _verbose(ctx) -> int:
               help="Reuse a trained model (an index folder or its model/ folder) instead of training.")
 @click.option("--train-on", type=click.Choice(["auto", "collection", "generic"]), default="auto", show_default=True,
               help="A new index's model: the generic model (built by make setup from independent photos), the "
-                   "collection itself, or auto: generic below 100 images.")
+                   "collection itself, or auto: generic for a small first sync (up to 25 photos for default and "
+                   "accurate, 50 for object, 100 for compact; docs/results.md).")
 @click.option("--feature-store", default=None, metavar="DIR",
               help="Feature-store folder shared between indexes (default: DIR/features); only used to create.")
 @click.option("--max-megapixels", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MP",
