@@ -39,8 +39,9 @@ def test_a_jpeg_is_costed_at_its_draft_size_and_other_formats_reduced_after_a_fu
 
 MEASURE = """
 import re, sys
-from retrieval.features.image import load_image
+from retrieval.features.image import load_image, register_image_plugins
 import cv2  # imported first: its own memory is not the decode's
+register_image_plugins()  # the HEIF / AVIF decoders loaded once per process: not the decode's memory either
 
 def status(key):
     return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
