@@ -10,8 +10,8 @@ setup:
 	@bash scripts/setup.sh
 
 test: setup
-	@echo "[test] running the test suite (tests/; tests/core/test_architecture.py runs the import-linter contracts)" >&2
-	@$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	@echo "[test] running the test suite on every core, one test file per worker (tests/; tests/core/test_architecture.py runs the import-linter contracts)" >&2
+	@$(PY) -m pytest -q -n auto --dist loadfile $(PYTEST_ARGS) tests
 
 demo: setup
 	@echo "[demo] running the built-in demo" >&2
