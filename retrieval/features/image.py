@@ -41,6 +41,7 @@ from retrieval.features.image_files import (  # noqa: F401 - the public names of
     HEIF_EXTENSIONS,
     IMAGE_EXTENSIONS,
     ImageReadError,
+    check_pixels,
     display_rgb,
     exif_orientation,
     is_image_name,
@@ -212,12 +213,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     path = Path(path)
     with opened(path, max_megapixels=max_megapixels) as img:
         w0, h0 = img.size
-        if w0 * h0 > max_megapixels * 1e6:
-            raise ImageReadError(path, f"too large: {w0}x{h0} = {w0 * h0 / 1e6:.1f} megapixels, more than "
-                                       f"max_megapixels={max_megapixels} (decompression-bomb guard)")
-        if min(w0, h0) < min_side:
-            raise ImageReadError(path, f"too small: {w0}x{h0} pixels, expected at least min_side={min_side} "
-                                       f"pixels per side")
+        check_pixels(path, w0, h0, max_megapixels, min_side)
         orientation = exif_orientation(img)
         W, H = (h0, w0) if orientation in (5, 6, 7, 8) else (w0, h0)
         target = None

@@ -171,6 +171,17 @@ def peek_image(source, *, name=None):
         yield img
 
 
+def check_pixels(label, w: int, h: int, max_megapixels: float, min_side: int) -> None:
+    """Raise :class:`ImageReadError` naming ``label`` when a ``w`` x ``h`` image has more than ``max_megapixels``
+    (the decompression-bomb guard, read from the header) or a side under ``min_side`` pixels."""
+    if w * h > max_megapixels * 1e6:
+        raise ImageReadError(label, f"too large: {w}x{h} = {w * h / 1e6:.1f} megapixels, more than "
+                                    f"max_megapixels={max_megapixels} (decompression-bomb guard)")
+    if min(w, h) < min_side:
+        raise ImageReadError(label, f"too small: {w}x{h} pixels, expected at least min_side={min_side} "
+                                    f"pixels per side")
+
+
 def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, min_side: int = 1,
                draft: tuple[int, int] | None = None):
     """Decode an image file: the one way the library, the CLI and the web page open a photo to show it.
@@ -208,12 +219,7 @@ def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIX
     with opened(source, name=label, max_megapixels=max_megapixels) as img:
         fmt = img.format
         w, h = img.size
-        if w * h > max_megapixels * 1e6:
-            raise ImageReadError(label, f"too large: {w}x{h} = {w * h / 1e6:.1f} megapixels, more than "
-                                        f"max_megapixels={max_megapixels} (decompression-bomb guard)")
-        if min(w, h) < min_side:
-            raise ImageReadError(label, f"too small: {w}x{h} pixels, expected at least min_side={min_side} "
-                                        f"pixels per side")
+        check_pixels(label, w, h, max_megapixels, min_side)
         orientation = exif_orientation(img)
         try:
             if draft is not None and fmt in DRAFT_FORMATS and img.mode in DRAFT_MODES:

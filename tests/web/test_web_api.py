@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from web_support import BOX_IN_SCENE, ServerThread, served_copy, textured, web_base  # noqa: F401
+from web_support import BOX_IN_SCENE, ServerThread, assert_error, served_copy, textured, web_base  # noqa: F401
 
 from retrieval.app.index import Index
 from retrieval.cli.main import main as cli
@@ -36,13 +36,6 @@ def ids_by_name(client) -> dict:
     page = client.get("/api/images", params={"limit": 1000}).json()
     return {Path(im["path"]).name: im["id"] for im in page["images"]}
 
-
-def assert_error(resp, status: int, *words):
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and "\n" not in body["error"] and "Traceback" not in body["error"]
-    for w in words:
-        assert w in body["error"], body["error"]
 
 
 def png_bytes(arr) -> bytes:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from dup_world import build_dup_world, tree
 from PIL import Image
-from web_support import ServerThread
+from web_support import ServerThread, assert_error
 
 EVIL = "http://evil.example"
 
@@ -28,13 +28,6 @@ def served(tmp_path_factory, cli_world):
     client.close()
     server.stop()
 
-
-def assert_error(resp, status: int, *words):
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and "\n" not in body["error"] and "Traceback" not in body["error"], body
-    for w in words:
-        assert w in body["error"], body["error"]
 
 
 def rel(world, path) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import copy_index
 from photo_world import EXIF_DATE, EXIF_MODEL, EXIF_PHOTO, HEIC_PHOTO, LAYOUT, heic_bytes, photo_world  # noqa: F401
-from web_support import ServeProcess, ServerThread, textured
+from web_support import ServeProcess, ServerThread, assert_error, textured
 
 from retrieval.web.folders import fold
 
@@ -33,13 +33,6 @@ def ids_by_rel(client, photos: Path) -> dict:
     return {str(Path(im["path"]).relative_to(photos)): im["id"] for im in page["images"]
             if Path(im["path"]).is_relative_to(photos)}
 
-
-def assert_error(resp, status: int, *words):
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and "\n" not in body["error"] and "Traceback" not in body["error"]
-    for w in words:
-        assert w in body["error"], body["error"]
 
 
 def rels(client, photos, **params) -> set:

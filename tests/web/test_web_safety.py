@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers import copy_index
-from web_support import ServeProcess, ServerThread, served_copy, textured, web_base  # noqa: F401
+from web_support import ServeProcess, ServerThread, assert_error, served_copy, textured, web_base  # noqa: F401
 
 from retrieval.web.app import UPLOAD_OVERHEAD
 
@@ -42,13 +42,6 @@ def png_bytes(arr) -> bytes:
     Image.fromarray(arr).save(buf, format="PNG")
     return buf.getvalue()
 
-
-def assert_error(resp, status: int, *words):
-    assert resp.status_code == status, resp.text
-    body = resp.json()
-    assert set(body) == {"error"} and "\n" not in body["error"], body
-    for w in words:
-        assert w in body["error"], body["error"]
 
 
 def state(client) -> tuple:

@@ -210,3 +210,12 @@ def browser_session(tmp_path_factory):
     driver.set_page_load_timeout(120)
     yield driver
     driver.quit()
+
+
+def assert_error(resp, status: int, *words):
+    """The API's one-line error: ``status``, a JSON body ``{"error": line}`` without a traceback, holding ``words``."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and "\n" not in body["error"] and "Traceback" not in body["error"], body
+    for w in words:
+        assert w in body["error"], body["error"]
