@@ -3,8 +3,11 @@
 Every preset uses the same code, so that one calibrated threshold holds for all: the Fisher vector of the
 package's generic ``default`` model (:mod:`retrieval.app.generic_models`: RootSIFT reduced to 64-d, 64 Gaussians,
 power and L2 normalisation, PCA to 256-d; Jegou et al. 2012, eq. 6-7), computed from the stored features. The codes
-are kept in the index folder (``duplicate-codes.npz``: content hash -> codes float16 and image size, written
-atomically), so a run encodes only the photos new since the last one.
+are kept in the index folder (:class:`CodeParts`): each sync encodes the photos it adds (:func:`keep_codes`), so a
+duplicates run reads codes and encodes only what an older index or a missing generic model left out. What is kept
+costs what changed: a sync or a run writes one new part file for the photos it encoded, never the whole set again;
+the parts are merged into one (and codes of photos no longer indexed dropped) once there are more than
+:data:`MAX_PARTS`.
 
 Photos turned by a quarter turn: a photo's code is also computed for its features turned by 90 and 180 degrees
 (:func:`retrieval.app.near_duplicates.turned`): a pair turned by 270 degrees is found from its other photo's 90.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +28,12 @@ from retrieval.app.near_duplicates import can_turn, turned
 
 logger = logging.getLogger(__name__)
 
-CODES_FILE = "duplicate-codes.npz"
+CODES_DIR = "duplicate-codes"
+"""The folder of code parts in an index folder (docs/formats.md)."""
+LEGACY_FILE = "duplicate-codes.npz"
+"""The single codes file of earlier versions, read as one part and removed by the next merge."""
+MAX_PARTS = 8
+"""Parts kept before they are merged into one."""
 QUERY_TURNS = (0, 1, 2)
 """Quarter turns of each photo's code compared with the others' upright codes (0, 90 and 180 degrees)."""
 
@@ -40,7 +49,7 @@ class CodeSpace:
 
     Parameters
     ----------
-    searcher : :class:`retrieval.app.searcher.Searcher`
+    searcher : :class:`retrieval.app.searcher.Searcher` (None to encode given features only)
     index_path : folder of the index (where the codes are kept)
     """
 
@@ -77,7 +86,7 @@ class CodeSpace:
                 if progress is not None and (n + 1 == len(missing) or n % ENCODE_CHUNK == 0):
                     progress(n + 1, len(missing))
         if missing:
-            self._save(kept)
+            self._save(kept, [hashes[j] for j in missing], set(hashes))
         if sizes is not None:
             sizes.update({i: kept[h][1] for i, h in zip(ids, hashes, strict=True)})
         if not hashes:
@@ -85,41 +94,129 @@ class CodeSpace:
         return np.stack([kept[h][0] for h in hashes]).astype(np.float32)
 
     # --------------------------------------------------------------------------------------- kept codes
-    def _key(self) -> str:
-        from retrieval.app.generic_models import model_key
-
-        return model_key(self.encoder.preset)
-
     def _load(self) -> dict:
-        path = self.index_path / CODES_FILE
-        if not path.is_file():
-            return {}
+        return CodeParts(self.index_path, _key(self.encoder)).load()
+
+    def _save(self, kept: dict, new: list, live: set) -> None:
+        with self._lock:
+            CodeParts(self.index_path, _key(self.encoder)).add({h: kept[h] for h in new}, live=live)
+
+
+def _key(encoder) -> str:
+    from retrieval.app.generic_models import model_key
+
+    return model_key(encoder.preset)
+
+
+def codes_key() -> str:
+    """The model key the kept codes are written under (ValueError when the generic model is missing)."""
+    return _key(_generic_encoder())
+
+
+class CodeParts:
+    """The kept codes of one index folder: ``INDEX/duplicate-codes/part-*.npz``, each written once (atomically) with
+    the codes of the photos one sync or run encoded (format in docs/formats.md). Reading merges every part of the
+    current model key (a later part wins); a part of another key, or unreadable, is skipped (its photos are encoded
+    again) and dropped by the next merge.
+
+    Parameters
+    ----------
+    index_path : the index folder
+    key : model key of the generic model the codes come from
+    """
+
+    def __init__(self, index_path, key: str):
+        self.folder = Path(index_path) / CODES_DIR
+        self.legacy = Path(index_path) / LEGACY_FILE
+        self.key = str(key)
+
+    def parts(self) -> list[Path]:
+        """The part files, oldest first (the legacy single file first of all)."""
+        found = sorted(self.folder.glob("part-*.npz")) if self.folder.is_dir() else []
+        return ([self.legacy] if self.legacy.is_file() else []) + found
+
+    def _read(self, path: Path, hashes_only: bool = False) -> dict:
         try:
             with np.load(path, allow_pickle=False) as z:
                 header = json.loads(bytes(z["header"]).decode("utf-8"))
-                if header.get("model_key") != self._key() or header.get("turns") != list(QUERY_TURNS):
+                if header.get("model_key") != self.key or header.get("turns") != list(QUERY_TURNS):
                     return {}
+                if hashes_only:
+                    return dict.fromkeys(str(h) for h in z["hashes"])
                 return {str(h): (c, (int(s[0]), int(s[1])))
                         for h, c, s in zip(z["hashes"], z["codes"], z["sizes"], strict=True)}
-        except (OSError, ValueError, KeyError) as exc:
-            logger.warning("%s: unreadable (%s); the codes are computed again", path, exc)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            logger.warning("%s: unreadable (%s); its photos' codes are computed again", path, exc)
             return {}
 
-    def _save(self, kept: dict) -> None:
+    def load(self, hashes_only: bool = False) -> dict:
+        """``{hash: (codes (T, D) float16, (w, h))}`` of every readable part (``{hash: None}`` with ``hashes_only``)."""
+        kept: dict = {}
+        for path in self.parts():
+            kept.update(self._read(path, hashes_only))
+        return kept
+
+    def _write(self, codes: dict) -> Path:
         import io
+        import os
+        import time
 
         from retrieval.core.persistence import atomic_write
 
-        hashes = sorted(kept)
+        hashes = sorted(codes)
         buf = io.BytesIO()
-        header = json.dumps({"format": "retrieval-duplicate-codes", "version": 1, "model_key": self._key(),
+        header = json.dumps({"format": "retrieval-duplicate-codes", "version": 2, "model_key": self.key,
                              "turns": list(QUERY_TURNS)})
         np.savez(buf, hashes=np.array(hashes, dtype="U32"),
-                 codes=np.stack([kept[h][0] for h in hashes]).astype(np.float16),
-                 sizes=np.array([kept[h][1] for h in hashes], np.int64).reshape(-1, 2),
+                 codes=np.stack([codes[h][0] for h in hashes]).astype(np.float16),
+                 sizes=np.array([codes[h][1] for h in hashes], np.int64).reshape(-1, 2),
                  header=np.frombuffer(header.encode("utf-8"), np.uint8))
-        with self._lock, atomic_write(self.index_path / CODES_FILE) as fh:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"part-{time.time_ns():020d}-{os.getpid()}-{threading.get_ident() % 10**6:06d}.npz"
+        with atomic_write(path) as fh:
             fh.write(buf.getvalue())
+        return path
+
+    def add(self, codes: dict, live: set | None = None) -> None:
+        """Keep ``codes`` (``{hash: (codes, (w, h))}``) as one new part; then, when more than :data:`MAX_PARTS`
+        exist, merge them into one, keeping only the hashes of ``live`` when given (the photos still indexed)."""
+        if codes:
+            self._write(codes)
+        parts = self.parts()
+        if len(parts) <= MAX_PARTS:
+            return
+        kept: dict = {}
+        for path in parts:
+            kept.update(self._read(path))
+        if live is not None:
+            kept = {h: v for h, v in kept.items() if h in live}
+        if kept:
+            self._write(kept)
+        for path in parts:           # only the parts read: one written meanwhile by another process stays
+            path.unlink(missing_ok=True)
+
+
+def keep_codes(index_path, store, config_key: str, hashes) -> int:
+    """Encode the codes of the photos ``hashes`` (their features in ``store`` under ``config_key``) and keep them as
+    one part: what a sync calls for the photos it adds (it reads none of the kept parts: a hash kept twice costs a
+    few bytes until the next merge). Returns how many were encoded (0 when the generic model is missing: a
+    duplicates run then says so)."""
+    from retrieval.core.threads import single_threaded_blas
+
+    try:
+        space = CodeSpace(None, index_path)
+    except ValueError:
+        return 0
+    parts = CodeParts(index_path, _key(space.encoder))
+    todo = sorted({str(h) for h in hashes})
+    new = {}
+    with single_threaded_blas():       # one photo's small products (retrieval.core.threads)
+        for h in todo:
+            f = store.get(h, config_key)
+            if f is not None:
+                new[h] = (space.turned_codes(f).astype(np.float16), tuple(int(v) for v in f.image_size))
+    parts.add(new)
+    return len(new)
 
 
 def _generic_encoder():

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.app.catalog import CatalogChanges
+from retrieval.app.duplicate_codes import keep_codes
 from retrieval.app.generic_models import generic_model, provenance
 from retrieval.app.index_support import LazyFeatures, SyncReport, file_stat, image_meta, progress_callback
 from retrieval.core.persistence import crash_point
@@ -312,6 +313,10 @@ class Writer:
             extra_meta=None if roots is None else {"roots": roots}), after=gen)
         report.generation = new_gen
         report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
+        t_stage = time.perf_counter()
+        # 6. the duplicate finder's codes of the photos added (retrieval.app.duplicate_codes; a cache)
+        keep_codes(self.folder.path, store, key, [hashes[p] for p in add_paths])
+        report.stage_seconds["codes"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - t0
         logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
                     report.added, report.changed, report.moved, report.removed, report.unchanged,
