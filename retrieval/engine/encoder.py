@@ -18,6 +18,7 @@ from retrieval.engine.config import AGGREGATION_METHODS
 from retrieval.engine.presets import preset_config, record_reduction, vocabulary_cap
 from retrieval.features.pca import LocalPCA
 from retrieval.features.rootsift import root_sift
+from retrieval.rerank.cells import MatchCells
 
 _MAX_DENSE_BATCH_BYTES = 4 << 30  # sparse BoW batches converted to dense float32 rows (no projection)
 
@@ -55,6 +56,7 @@ class GlobalEncoder:
         self.local_pca = None
         self.aggregator = None
         self.projection = None
+        self.match_cells = None
 
     @property
     def config(self):
@@ -101,6 +103,8 @@ class GlobalEncoder:
         if progress:
             progress(1, 3)
         Xp = self.local_pca.transform(X)
+        # the verification's match cells (retrieval.rerank.cells), seeded apart: the model's other parts unchanged
+        self.match_cells = MatchCells.fit(Xp, seed=int(cfg.training.random_state))
         self.aggregator = self._fit_vocabulary(Xp, rng)
         if cfg.aggregation.method == "bow" and getattr(self.aggregator, "idf", False):
             self.aggregator.fit_idf([self.local(features_of(i)) for i in range(n_images)])
@@ -126,6 +130,9 @@ class GlobalEncoder:
         self.local_pca.save(folder / "local_pca.npz")
         self.aggregator.save(folder / "aggregator.npz")
         files = ["local_pca.npz", "aggregator.npz"]
+        if self.match_cells is not None:
+            self.match_cells.save(folder / "match_cells.npz")
+            files.append("match_cells.npz")
         if self.projection is not None:
             self.projection.save(folder / "projection.npz")
             files.append("projection.npz")
@@ -136,6 +143,8 @@ class GlobalEncoder:
         self.local_pca = load_estimator(folder / "local_pca.npz")
         self.aggregator = load_estimator(folder / "aggregator.npz")
         self.projection = load_estimator(folder / "projection.npz") if "projection.npz" in info["files"] else None
+        # models learnt before the match cells existed verify with the exact ratio test
+        self.match_cells = MatchCells.load(folder / "match_cells.npz") if "match_cells.npz" in info["files"] else None
 
     @property
     def dim(self) -> int:

@@ -150,7 +150,8 @@ class GlobalBackend(Backend):
         """Ratio-test matches of RootSIFT reduced by the local PCA (64-d: twice as fast as 128-d), the preset's
         ``search.ratio`` and ``search.min_inliers``."""
         s = self.config.search
-        return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe)
+        return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
+                        cells=self.encoder.match_cells)
 
     def first_stage(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         """The first stage's top ``k`` for the vector ``q`` (``options``: the stage's own, and ``reference``, the

@@ -8,7 +8,9 @@ of described images, the threads) is an argument. Steps for a query and a databa
 
 1. both sides described (``describe``: RootSIFT by default; the global presets use RootSIFT reduced by their
    local PCA), the database side read from the feature store and kept in the caller's cache;
-2. tentative matches by the ratio test (:func:`retrieval.rerank.matching.tentative_matches`);
+2. tentative matches by the ratio test (:func:`retrieval.rerank.matching.tentative_matches`), or, when the
+   verifier has the model's :class:`~retrieval.rerank.cells.MatchCells`, by
+   :func:`retrieval.rerank.cells.probed_matches` (only matches the exact test keeps, in a fraction of its time);
 3. :func:`retrieval.rerank.verification.verify` (affine hypotheses from single correspondences, local
    optimisation, homography refit, degenerate models rejected, one-to-one inliers, ``min_inliers``);
 4. the query box projected through the verified transform into the database image
@@ -26,6 +28,7 @@ from retrieval.core.cache import BytesLRU, cached
 from retrieval.core.threads import parallel_map
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
+from retrieval.rerank.cells import MatchCells, probed_matches
 from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 
@@ -42,15 +45,18 @@ def rootsift_descriptors(descriptors) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Described:
-    """One side of a pair: frames (n, 6), described descriptors (n, d) float32 and the image size (w, h)."""
+    """One side of a pair: frames (n, 6), described descriptors (n, d) float32 and the image size (w, h); with
+    match cells, ``cells``: the descriptors' place in them (:meth:`MatchCells.place`: probes, perm, starts)."""
 
     frames: np.ndarray
     descriptors: np.ndarray
     image_size: tuple[int, int]
+    cells: tuple | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.frames.nbytes + self.descriptors.nbytes + 64)
+        extra = sum(a.nbytes for a in self.cells) if self.cells is not None else 0
+        return int(self.frames.nbytes + self.descriptors.nbytes + extra + 64)
 
 
 @dataclass(frozen=True)
@@ -79,11 +85,13 @@ class Verifier:
     ratio : float — Lowe's ratio test of the tentative matches (the presets' ``search.ratio``)
     min_inliers : int — one-to-one inliers for a verified pair (the presets' decision threshold)
     describe : callable(uint8 SIFT (n, 128)) -> float32 (n, d), or None for RootSIFT
+    cells : :class:`MatchCells` of the described space, or None: the exact ratio test on every pair
     """
 
     ratio: float = 0.85
     min_inliers: int = DEFAULT_MIN_INLIERS
     describe: Callable | None = None
+    cells: MatchCells | None = None
 
     def described(self, features) -> Described:
         """The frames and compared descriptors of :class:`LocalFeatures`."""
@@ -94,7 +102,10 @@ class Verifier:
             desc = rootsift_descriptors(features.descriptors)
         else:
             desc = np.asarray(self.describe(features.descriptors), np.float32)
-        return Described(frames, desc, tuple(int(v) for v in features.image_size))
+        cells = None
+        if self.cells is not None and len(desc) and desc.shape[1] == self.cells.centres.shape[1]:
+            cells = self.cells.place(desc)
+        return Described(frames, desc, tuple(int(v) for v in features.image_size), cells)
 
     def database(self, image_id: int, get_features: Callable, cache: BytesLRU | None = None) -> Described:
         """The described database image ``image_id`` (``get_features(id)``), kept in ``cache`` under
@@ -105,7 +116,10 @@ class Verifier:
     def check(self, query: Described, db: Described, query_box) -> Outcome:
         """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
         into the database image when the pair verifies."""
-        if len(query.descriptors) and len(db.descriptors):
+        if query.cells is not None and db.cells is not None:
+            matches = probed_matches(query.descriptors, query.cells[0], db.descriptors, db.cells[1], db.cells[2],
+                                     ratio=self.ratio)
+        elif len(query.descriptors) and len(db.descriptors):
             matches = tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
         else:
             matches = np.empty((0, 2), np.int64)

@@ -1,0 +1,102 @@
+"""The probed ratio test (retrieval.rerank.cells): every match it returns is a match of the exact test, probing every
+cell returns exactly the exact test's matches, on real pairs it keeps nearly all of them, the verifier with cells
+gives the verdict of the exact one on true and unrelated real pairs, and a model keeps its cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import shared_path
+
+from retrieval.features import root_sift
+from retrieval.rerank.cells import MatchCells, probed_matches
+from retrieval.rerank.matching import tentative_matches
+from retrieval.rerank.verifier import Verifier
+
+HOMOGR = ["adam", "boat", "BruggeTower", "LePoint1", "graf", "Eiffel"]
+
+
+def pairs_of(features_of, names):
+    d = shared_path("homogr")
+    out = []
+    for name in names:
+        a, b = (next(d.glob(f"{name}{s}.*")) for s in "AB")
+        out.append((features_of(a, detector="hesaff", max_side=1024), features_of(b, detector="hesaff",
+                                                                                    max_side=1024)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_pairs(features_of):
+    return pairs_of(features_of, HOMOGR)
+
+
+@pytest.fixture(scope="module")
+def cells(real_pairs):
+    X = np.concatenate([root_sift(f.descriptors) for pair in real_pairs for f in pair]).astype(np.float32)
+    return MatchCells.fit(X, k=128, seed=0)
+
+
+def matches_with(cells, qa, db, ratio=0.85):
+    probes, _, _ = cells.place(qa)
+    _, perm, starts = cells.place(db)
+    return probed_matches(qa, probes, db, perm, starts, ratio=ratio)
+
+
+def as_set(m):
+    return set(map(tuple, np.asarray(m).tolist()))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_are_the_exact_tests_and_all_of_them_when_every_cell_is_probed(seed):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(20, 16)).astype(np.float32) * 4
+    a = (centres[rng.integers(0, 20, 300)] + rng.normal(size=(300, 16))).astype(np.float32)
+    b = np.concatenate([a[rng.choice(300, 150, replace=False)] + 0.2 * rng.normal(size=(150, 16)),
+                        centres[rng.integers(0, 20, 200)] + rng.normal(size=(200, 16))]).astype(np.float32)
+    exact = as_set(tentative_matches(a, b, ratio=0.8))
+    assert len(exact) > 50
+    X = np.concatenate([a, b])
+    for probes in (1, 3):
+        got = as_set(matches_with(MatchCells.fit(X, k=32, seed=seed, probes=probes), a, b, ratio=0.8))
+        assert got <= exact
+        assert len(got) > 0
+    everything = MatchCells.fit(X, k=32, seed=seed, probes=32)
+    assert as_set(matches_with(everything, a, b, ratio=0.8)) == exact
+
+
+def test_real_pairs_keep_nearly_every_exact_match(real_pairs, cells):
+    kept = total = 0
+    for fa, fb in real_pairs:
+        a, b = root_sift(fa.descriptors).astype(np.float32), root_sift(fb.descriptors).astype(np.float32)
+        exact = as_set(tentative_matches(a, b, ratio=0.85))
+        got = as_set(matches_with(cells, a, b))
+        assert got <= exact
+        kept, total = kept + len(got), total + len(exact)
+    assert total > 1000
+    assert kept / total >= 0.9          # measured 0.95 with 128 cells and 8 probes
+
+
+def test_the_verifier_with_cells_gives_the_exact_verdicts(real_pairs, cells):
+    exact, fast = Verifier(), Verifier(cells=cells)
+    box = (0.0, 0.0, 1e5, 1e5)
+    unrelated = [(real_pairs[i][0], real_pairs[j][1]) for i in range(len(real_pairs))
+                 for j in range(len(real_pairs)) if i != j]
+    for fa, fb in real_pairs + unrelated:
+        e = exact.check(exact.described(fa), exact.described(fb), box)
+        f = fast.check(fast.described(fa), fast.described(fb), box)
+        assert f.verified == e.verified
+        assert as_set(f.matches) <= as_set(e.matches)
+    assert sum(exact.check(exact.described(a), exact.described(b), box).verified for a, b in real_pairs) >= 5
+
+
+def test_cells_save_and_load(tmp_path, cells):
+    cells.save(tmp_path / "c.npz")
+    back = MatchCells.load(tmp_path / "c.npz")
+    np.testing.assert_array_equal(back.centres, cells.centres)
+    assert back.probes == cells.probes
+
+
+def test_few_training_rows_give_fewer_cells():
+    X = np.random.default_rng(0).normal(size=(40, 8)).astype(np.float32)
+    assert len(MatchCells.fit(X, k=256).centres) == 10
