@@ -16,7 +16,25 @@ from retrieval.engine.hits import Hit
 from retrieval.engine.object_parts import ObjectSegments
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.engine.presets import record_reduction
-from retrieval.rerank.verifier import Verifier
+from retrieval.rerank.cells import MatchCells
+from retrieval.rerank.verifier import Verifier, rootsift_descriptors
+
+CELL_TRAINING_ROWS = 200_000
+"""Descriptors the match cells are learnt from (a seeded sample of the training images')."""
+
+
+def train_cells(features: list, rootsift: bool, seed: int) -> MatchCells | None:
+    """The verification's match cells (:mod:`retrieval.rerank.cells`) in the space the verifier compares
+    (RootSIFT, or the raw descriptors), learnt on a seeded sample of ``features``' descriptors; None without any."""
+    rng = np.random.default_rng(seed)
+    descs = [f.descriptors for f in features if len(f)]
+    if not descs:
+        return None
+    X = np.concatenate(descs)
+    if len(X) > CELL_TRAINING_ROWS:
+        X = X[np.sort(rng.choice(len(X), CELL_TRAINING_ROWS, replace=False))]
+    X = rootsift_descriptors(X) if rootsift else np.asarray(X, np.float32)
+    return MatchCells.fit(X, seed=seed)
 
 
 class ObjectBackend(Backend):
@@ -37,6 +55,7 @@ class ObjectBackend(Backend):
         self.model = None
         self.state = None
         self.searcher = None
+        self.cells = None
 
     def _new(self, n_descriptors: int):
         cfg = self.config
@@ -61,13 +80,17 @@ class ObjectBackend(Backend):
     def train(self, features_of, n_images: int, progress=None) -> None:
         feats = [features_of(i) for i in range(n_images)]
         self._use_model(self._new(sum(len(f) for f in feats)).fit(feats))
+        self.cells = train_cells(feats, self.model.rootsift, int(self.config.training.random_state))
         if progress:
             progress(3, 3)
         self.trained = True
 
     def save_model(self, folder: Path) -> dict:
         self.model.save(Path(folder) / "searcher")
-        return {"files": ["searcher"]}
+        if self.cells is None:
+            return {"files": ["searcher"]}
+        self.cells.save(Path(folder) / "match_cells.npz")
+        return {"files": ["searcher", "match_cells.npz"]}
 
     def _loaded(self, folder: Path, vocabulary=None, digest=None) -> ObjectSearcher:
         """A saved searcher, verifying at the preset's ``object_search.min_inliers`` (a query-time key: an index
@@ -79,6 +102,8 @@ class ObjectBackend(Backend):
 
     def load_model(self, folder: Path, info: dict) -> None:
         self._use_model(self._loaded(Path(folder) / "searcher"))
+        # models learnt before the match cells existed verify with the exact ratio test
+        self.cells = MatchCells.load(Path(folder) / "match_cells.npz") if "match_cells.npz" in info["files"] else None
         self.trained = True
 
     @property
@@ -134,7 +159,7 @@ class ObjectBackend(Backend):
     def verifier(self) -> Verifier:
         """RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
         ``search.ratio`` and ``object_search.min_inliers``."""
-        return self.searcher.verifier(ratio=self.config.search.ratio)
+        return self.searcher.verifier(ratio=self.config.search.ratio, cells=self.cells)
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
                shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:

@@ -102,10 +102,15 @@ class Verifier:
             desc = rootsift_descriptors(features.descriptors)
         else:
             desc = np.asarray(self.describe(features.descriptors), np.float32)
+        return self.side(frames, desc, features.image_size)
+
+    def side(self, frames, desc, image_size) -> Described:
+        """One side of a pair from frames and descriptors already described, placed in the cells when there are
+        (of the same dimension)."""
         cells = None
         if self.cells is not None and len(desc) and desc.shape[1] == self.cells.centres.shape[1]:
             cells = self.cells.place(desc)
-        return Described(frames, desc, tuple(int(v) for v in features.image_size), cells)
+        return Described(frames, desc, tuple(int(v) for v in image_size), cells)
 
     def database(self, image_id: int, get_features: Callable, cache: BytesLRU | None = None) -> Described:
         """The described database image ``image_id`` (``get_features(id)``), kept in ``cache`` under

@@ -195,7 +195,7 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
         asked = []
         ntotal = 2
 
-        def verifier(self, ratio):
+        def verifier(self, ratio, cells=None):
             return ("verifier", ratio)
 
         def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0,

@@ -1,4 +1,4 @@
-"""A global model learns and keeps the verification's match cells (retrieval.rerank.cells); an index whose model has
+"""A model (global or object preset) learns and keeps the verification's match cells (retrieval.rerank.cells); an index whose model has
 none (learnt before they existed) opens and verifies with the exact ratio test, with the same verdicts."""
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ def file_entry(path):
     return {"blake2b": hashlib.blake2b(data, digest_size=16).hexdigest(), "size": len(data)}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+@pytest.fixture(scope="module", params=["default", "accurate"])
+def built(tmp_path_factory, request):
     d = tmp_path_factory.mktemp("cells")
     photos = d / "photos"
     photos.mkdir()
     for p in sorted(shared_path("real", "holidays805", "jpg").glob("*.jpg"))[:40]:
         shutil.copy(p, photos / p.name)
-    idx = Index.create(d / "idx", preset="default", train_on="collection")
+    idx = Index.create(d / "idx", preset=request.param, train_on="collection")
     idx.sync(photos, workers=1)
     idx.close()
     return d
