@@ -188,7 +188,7 @@ class GlobalBackend(Backend):
 
         def verify(candidates):
             return verifier.rerank(candidates, query, query_box, get_features, shortlist=len(candidates),
-                                   cache=cache, threads=threads)
+                                   cache=cache, threads=threads, patience=s.verify_patience)
 
         checked = verify(hits[:shortlist])
         hits = finish_ranking(checked + hits[shortlist:], reranked=True)

@@ -141,20 +141,35 @@ class Verifier:
                             [int(i) for i in image_ids], threads)
 
     def rerank(self, hits: list, query_features, query_box, get_features: Callable, *, shortlist: int,
-               cache: BytesLRU | None = None, threads: int = 1) -> list:
+               cache: BytesLRU | None = None, threads: int = 1, patience: int = 0) -> list:
         """Spatial re-ranking of the first ``shortlist`` hits (Philbin et al. 2007): each gets ``inliers``, and
         ``verified`` and ``box`` when it verifies; verified hits first by decreasing inliers (ties by first-stage
         score), then the rest of the shortlist and the tail in their first-stage order. ``hits`` are this call's
-        own records (set in place)."""
+        own records (set in place).
+
+        ``patience`` > 0: the shortlist is verified in its order, a few hits at a time, and verification stops after
+        ``patience`` unverified hits in a row; the hits after that point are left unverified (in their order), those
+        verified beyond it in the last batch are set back, so the result does not depend on ``threads``."""
         if len(query_features) == 0 or not hits:
             return hits
         query = self.described(query_features)
         head, tail = hits[:shortlist], hits[shortlist:]
-        outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,
-                                   threads=threads)
+        if patience <= 0:
+            outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,
+                                       threads=threads)
+        else:
+            outcomes, misses, step = [], 0, max(2, 2 * int(threads))
+            while len(outcomes) < len(head) and misses < patience:
+                batch = head[len(outcomes):len(outcomes) + step]
+                for o in self.check_many(query, [h.id for h in batch], query_box, get_features, cache=cache,
+                                         threads=threads):
+                    if misses >= patience:
+                        break
+                    outcomes.append(o)
+                    misses = 0 if o.verified else misses + 1
         verified, unverified = [], []
-        for hit, o in zip(head, outcomes, strict=True):
+        for hit, o in zip(head, outcomes, strict=False):
             hit.inliers, hit.verified, hit.box = o.inliers, o.verified, o.box
             (verified if o.verified else unverified).append(hit)
         verified.sort(key=lambda h: (-h.inliers, -h.score))
-        return verified + unverified + tail
+        return verified + unverified + head[len(outcomes):] + tail
