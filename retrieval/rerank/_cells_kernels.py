@@ -46,3 +46,28 @@ def probe_nearest_two(q, probes, db, perm, starts):
         d1[i] = max(b1 + q_sq, np.float32(0.0))
         d2[i] = max(b2 + q_sq, np.float32(0.0))
     return d1, d2
+
+
+@njit(cache=True, nogil=True)
+def smallest_columns(D, p):
+    """The columns of the ``p`` smallest values of each row of ``D`` (n, k), nearest first (ties: lowest column),
+    (n, p) int32: one pass per row keeping a sorted list of ``p``."""
+    n, k = D.shape
+    out = np.empty((n, p), np.int32)
+    best = np.empty(p, np.float32)
+    for i in range(n):
+        m = 0
+        for c in range(k):
+            v = D[i, c]
+            if m == p and v >= best[p - 1]:
+                continue
+            j = m if m < p else p - 1
+            while j > 0 and best[j - 1] > v:
+                best[j] = best[j - 1]
+                out[i, j] = out[i, j - 1]
+                j -= 1
+            best[j] = v
+            out[i, j] = c
+            if m < p:
+                m += 1
+    return out

@@ -62,16 +62,14 @@ class MatchCells:
         ``probes`` nearest cells of each row, (n, probes) int32 (all cells when there are fewer). As the database
         side: its rows listed by nearest cell, ``perm[starts[c]:starts[c + 1]]`` the rows of cell ``c`` (int32, and
         k + 1 int64 offsets)."""
+        from retrieval.rerank._cells_kernels import smallest_columns
+
         desc = np.ascontiguousarray(desc, np.float32)
         k, p = len(self.centres), min(self.probes, len(self.centres))
         if len(desc) == 0:
             return np.zeros((0, p), np.int32), np.zeros(0, np.int32), np.zeros(k + 1, np.int64)
-        D = self._distances(desc)
-        if p == k:
-            probes = np.broadcast_to(np.arange(k, dtype=np.int32), (len(desc), k)).copy()
-        else:
-            probes = np.argpartition(D, p - 1, axis=1)[:, :p].astype(np.int32)
-        cell = np.argmin(D, axis=1)
+        probes = smallest_columns(self._distances(desc), p)
+        cell = probes[:, 0]
         perm = np.argsort(cell, kind="stable")
         starts = np.searchsorted(cell[perm], np.arange(k + 1)).astype(np.int64)
         return probes, perm.astype(np.int32), starts

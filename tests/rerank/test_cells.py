@@ -100,3 +100,12 @@ def test_cells_save_and_load(tmp_path, cells):
 def test_few_training_rows_give_fewer_cells():
     X = np.random.default_rng(0).normal(size=(40, 8)).astype(np.float32)
     assert len(MatchCells.fit(X, k=256).centres) == 10
+
+
+@pytest.mark.parametrize("p", [1, 3, 8, 16])
+def test_the_probed_cells_are_the_nearest_in_order(p):
+    from retrieval.rerank._cells_kernels import smallest_columns
+
+    rng = np.random.default_rng(p)
+    D = rng.integers(0, 20, size=(200, 16)).astype(np.float32)          # many ties: the lowest column first
+    np.testing.assert_array_equal(smallest_columns(D, p), np.argsort(D, axis=1, kind="stable")[:, :p])
