@@ -314,10 +314,11 @@ def _percentile(values, q) -> float:
 
 
 def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: str, queries: int,
-              add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None) -> dict:
-    """Every figure for one N (module docstring); ``progress(message)`` is told each step."""
+              add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None, tag: str = "") -> dict:
+    """Every figure for one N (module docstring); ``progress(message)`` is told each step; ``tag``: suffix of the
+    folder of the sources' kind (their replicas differ)."""
     say = progress or (lambda message: None)
-    base = workdir / f"library-{n}"
+    base = workdir / f"library{tag}-{n}"
     photos, index = base / "photos", base / f"index-{preset}"
     base.mkdir(parents=True, exist_ok=True)
     store_dir = str(store.folder)
@@ -422,9 +423,10 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
 
 def bench_library(ns, *, preset="default", workdir="bench-library", data_dir="../shared/data", queries: int = 50,
                   add_many: int = 1000, sync_limit: int = SYNC_LIMIT, sources: int | None = None, workers=None,
-                  progress=None):
+                  progress=None, full_size: bool = False):
     """Yield the figures of :func:`bench_one` for each N of ``ns`` (the sources extracted first, when missing;
-    ``sources``: use only that many source photos)."""
+    ``sources``: use only that many source photos; ``full_size``: replicate only the photos that are not
+    thumbnails, :func:`~retrieval.bench.library_photos.full_size_photos`)."""
     from retrieval.engine.presets import load_preset, preset_config
     from retrieval.features import FeatureExtractor
     from retrieval.features.store import FeatureStore
@@ -439,13 +441,15 @@ def bench_library(ns, *, preset="default", workdir="bench-library", data_dir="..
     store = FeatureStore(workdir / "features")
     if progress:
         progress("source photos: features into the feature store (once)")
-    srcs = prepare_sources(data_dir, store, extractor, workdir / f"sources-{extractor.config_key}.json",
-                              workers=workers, limit=sources)
+    tag = "-full" if full_size else ""
+    srcs = prepare_sources(data_dir, store, extractor, workdir / f"sources-{extractor.config_key}{tag}.json",
+                           workers=workers, limit=sources, full_size=full_size)
     for n in ns:
         res = bench_one(int(n), preset=preset, workdir=workdir, sources=srcs, store=store,
                         key=extractor.config_key, queries=queries, add_many=add_many, sync_limit=sync_limit,
-                        progress=progress)
-        res.update(extract_s_per_photo=srcs["extract_s_per_photo"], source_photos=len(srcs["paths"]))
+                        progress=progress, tag=tag)
+        res.update(extract_s_per_photo=srcs["extract_s_per_photo"], source_photos=len(srcs["paths"]),
+                   full_size=bool(full_size))
         yield res
 
 

@@ -21,8 +21,22 @@ SOURCE_SETS = (("holidays805", "jpg"), ("ukbench400",), ("oxford133", "jpg"))
 
 
 # ---------------------------------------------------------------------------------------------- sources
-def source_photos(data_dir) -> list[Path]:
-    """The real source photos (sorted per set); ValueError (one line) when the sets are missing."""
+def full_size_photos(data_dir) -> list[Path]:
+    """The photos of the shared data that are not thumbnails: the 112 of minibench and the 133 of Oxford
+    (sorted per set); ValueError (one line) when they are missing."""
+    data = Path(data_dir).resolve()
+    bench_file, oxford = data / "minibench.json", data / "real" / "oxford133" / "jpg"
+    if not bench_file.is_file() or not oxford.is_dir():
+        raise ValueError(f"{data}: minibench.json and real/oxford133/jpg are needed for --full-size.")
+    images = json.loads(bench_file.read_text("utf-8"))["images"]
+    return sorted((data / rel).resolve() for rel in images) + sorted(oxford.glob("*.jpg"))
+
+
+def source_photos(data_dir, full_size: bool = False) -> list[Path]:
+    """The real source photos (sorted per set); ``full_size``: only :func:`full_size_photos`; ValueError (one line)
+    when the sets are missing."""
+    if full_size:
+        return full_size_photos(data_dir)
     real = Path(data_dir).resolve() / "real"
     out = []
     for parts in SOURCE_SETS:
@@ -39,7 +53,8 @@ def hash_bytes(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limit: int | None = None) -> dict:
+def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limit: int | None = None,
+                    full_size: bool = False) -> dict:
     """The source photos in a seeded random order (the first ``limit`` only, when given), their features
     extracted into ``store`` when missing; ``record``: a JSON file keeping the extraction time of the run that
     extracted them.
@@ -51,7 +66,7 @@ def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limi
     from retrieval.features.parallel import extract_many
     from retrieval.features.store import file_hash
 
-    paths = source_photos(data_dir)
+    paths = source_photos(data_dir, full_size)
     paths = [paths[i] for i in np.random.default_rng(0).permutation(len(paths))][:limit]
     hashes = [file_hash(p) for p in paths]
     key = extractor.config_key

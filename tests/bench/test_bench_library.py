@@ -51,3 +51,16 @@ def test_bench_library_names_a_missing_data_folder(tmp_path):
     res = run(["bench", "library", "--n", "10", "--workdir", tmp_path / "w", "--data", tmp_path / "nowhere"])
     assert res.exit_code == 1
     assert "nowhere/real/holidays805/jpg: missing" in res.output and "Traceback" not in res.output
+
+
+def test_full_size_sources_are_minibench_and_oxford_without_thumbnails():
+    from PIL import Image
+
+    from retrieval.bench.library_photos import full_size_photos, source_photos
+
+    paths = full_size_photos(shared_path())
+    assert len(paths) == 112 + 133 == len(set(paths))
+    assert source_photos(shared_path(), full_size=True) == paths
+    oxford = [p for p in paths if "oxford133" in str(p)]
+    assert len(oxford) == 133
+    assert all(max(Image.open(p).size) >= 1000 for p in oxford)
