@@ -23,6 +23,7 @@ from retrieval.engine.first_stages import FirstStage, VectorStage
 from retrieval.engine.hits import Hit, finish_ranking
 from retrieval.engine.presets import preset_config
 from retrieval.engine.query_expansion import average_query_expansion
+from retrieval.rerank.cells import with_probes
 from retrieval.rerank.verifier import Verifier
 
 __all__ = ["GlobalBackend", "make_stage", "sample_descriptors"]
@@ -151,7 +152,7 @@ class GlobalBackend(Backend):
         ``search.ratio`` and ``search.min_inliers``."""
         s = self.config.search
         return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
-                        cells=self.encoder.match_cells)
+                        cells=with_probes(self.encoder.match_cells, s.match_probes))
 
     def first_stage(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         """The first stage's top ``k`` for the vector ``q`` (``options``: the stage's own, and ``reference``, the

@@ -16,7 +16,7 @@ from retrieval.engine.hits import Hit
 from retrieval.engine.object_parts import ObjectSegments
 from retrieval.engine.object_search import ObjectSearcher
 from retrieval.engine.presets import record_reduction
-from retrieval.rerank.cells import MatchCells
+from retrieval.rerank.cells import MatchCells, with_probes
 from retrieval.rerank.verifier import Verifier, rootsift_descriptors
 
 CELL_TRAINING_ROWS = 200_000
@@ -159,7 +159,8 @@ class ObjectBackend(Backend):
     def verifier(self) -> Verifier:
         """RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
         ``search.ratio`` and ``object_search.min_inliers``."""
-        return self.searcher.verifier(ratio=self.config.search.ratio, cells=self.cells)
+        s = self.config.search
+        return self.searcher.verifier(ratio=s.ratio, cells=with_probes(self.cells, s.match_probes))
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
                shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:

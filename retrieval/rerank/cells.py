@@ -15,7 +15,8 @@ So every match returned is a match of the exact test (same pair, same decision),
 missed only when the query descriptor's true nearest neighbour lies outside its probed cells: if it is inside, the
 subset's nearest is the true nearest and its second nearest is no nearer than the true second, so the subset's
 test passes whenever the exact one does. The share kept is measured in docs/results.md ("Verification on real
-photos"); probing every cell gives exactly the exact test's matches.
+photos"); probing every cell gives exactly the exact test's matches. Pairs of small images (fewer than
+:data:`EXACT_BELOW` comparisons) are matched exactly.
 """
 
 from __future__ import annotations
@@ -26,17 +27,22 @@ import numpy as np
 
 from retrieval.rerank.matching import nearest_two
 
-__all__ = ["N_CELLS", "PROBES", "MatchCells", "probed_matches"]
+__all__ = ["EXACT_BELOW", "N_CELLS", "PROBES", "MatchCells", "probed_matches", "with_probes"]
 
 N_CELLS = 256
 """Cells learnt per model (k-means on its training descriptors in the compared space)."""
 PROBES = 8
 """Cells visited per query descriptor."""
+EXACT_BELOW = 1_000_000
+"""Pairs with fewer descriptor comparisons than this (query descriptors x database descriptors: about 1,000 x
+1,000, 2 ms) are matched by the exact test: on thumbnails the probed test saves little, and on Holidays-805 (about
+350 features a photo) its missed matches cost 0.005-0.007 mAP (docs/results.md, "Verification on real photos")."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MatchCells:
-    """Centres (k, d) float32 of the cells of the compared space, and how many a query descriptor probes."""
+    """Centres (k, d) float32 of the cells of the compared space, and how many a query descriptor probes
+    (compared by identity: the centres are an array)."""
 
     centres: np.ndarray
     probes: int = PROBES
@@ -101,3 +107,10 @@ def probed_matches(query_desc, query_cells, db_desc, db_perm, db_starts, *, rati
     d1e, d2e = dist[:, 0].astype(np.float64), dist[:, 1].astype(np.float64)
     keep = (idx[:, 0] >= 0) & (d1e < r2 * d2e)
     return np.stack([passed[keep], idx[keep, 0]], axis=1).astype(np.int64).reshape(-1, 2)
+
+
+def with_probes(cells: MatchCells | None, probes: int) -> MatchCells | None:
+    """``cells`` probing ``probes`` cells per query descriptor; None (the exact test) without cells or with 0."""
+    if cells is None or int(probes) <= 0:
+        return None
+    return cells if cells.probes == int(probes) else MatchCells(cells.centres, int(probes))

@@ -10,7 +10,8 @@ of described images, the threads) is an argument. Steps for a query and a databa
    local PCA), the database side read from the feature store and kept in the caller's cache;
 2. tentative matches by the ratio test (:func:`retrieval.rerank.matching.tentative_matches`), or, when the
    verifier has the model's :class:`~retrieval.rerank.cells.MatchCells`, by
-   :func:`retrieval.rerank.cells.probed_matches` (only matches the exact test keeps, in a fraction of its time);
+   :func:`retrieval.rerank.cells.probed_matches` (only matches the exact test keeps, in a fraction of its time)
+   for pairs of at least :data:`~retrieval.rerank.cells.EXACT_BELOW` descriptor comparisons;
 3. :func:`retrieval.rerank.verification.verify` (affine hypotheses from single correspondences, local
    optimisation, homography refit, degenerate models rejected, one-to-one inliers, ``min_inliers``);
 4. the query box projected through the verified transform into the database image
@@ -28,7 +29,7 @@ from retrieval.core.cache import BytesLRU, cached
 from retrieval.core.threads import parallel_map
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
-from retrieval.rerank.cells import MatchCells, probed_matches
+from retrieval.rerank.cells import EXACT_BELOW, MatchCells, probed_matches
 from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 
@@ -121,7 +122,8 @@ class Verifier:
     def check(self, query: Described, db: Described, query_box) -> Outcome:
         """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
         into the database image when the pair verifies."""
-        if query.cells is not None and db.cells is not None:
+        if query.cells is not None and db.cells is not None and \
+                len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW:
             matches = probed_matches(query.descriptors, query.cells[0], db.descriptors, db.cells[1], db.cells[2],
                                      ratio=self.ratio)
         elif len(query.descriptors) and len(db.descriptors):

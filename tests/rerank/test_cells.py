@@ -109,3 +109,21 @@ def test_the_probed_cells_are_the_nearest_in_order(p):
     rng = np.random.default_rng(p)
     D = rng.integers(0, 20, size=(200, 16)).astype(np.float32)          # many ties: the lowest column first
     np.testing.assert_array_equal(smallest_columns(D, p), np.argsort(D, axis=1, kind="stable")[:, :p])
+
+
+def test_pairs_of_small_images_are_matched_exactly(real_pairs, cells):
+    from retrieval.features.types import LocalFeatures
+    from retrieval.rerank.cells import EXACT_BELOW
+
+    fa, fb = real_pairs[0]
+    n = int(EXACT_BELOW ** 0.5) // 2
+
+    def head(f):
+        return LocalFeatures(f.frames[:n], f.descriptors[:n], f.image_size, f.config)
+
+    exact, fast = Verifier(), Verifier(cells=cells)
+    box = (0.0, 0.0, 1e5, 1e5)
+    e = exact.check(exact.described(head(fa)), exact.described(head(fb)), box)
+    f = fast.check(fast.described(head(fa)), fast.described(head(fb)), box)
+    assert len(e.matches) > 20
+    np.testing.assert_array_equal(f.matches, e.matches)
