@@ -170,8 +170,7 @@ class Index:
         """Open an existing index folder; refuses one made by another version of its preset.
 
         ``verification_cache_mb``: memory kept for described database images across searches (0: none);
-        ``verify_threads``: images verified side by side in one search (None: up to 4 for object presets, 1 for
-        the others)."""
+        ``verify_threads``: images verified side by side in one search (None: up to 4, one per core)."""
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"index folder {str(path)!r} does not exist (create it with "
