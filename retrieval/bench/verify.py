@@ -66,28 +66,45 @@ def unrelated_pairs(groups, n: int, random_state: int = 0) -> np.ndarray:
     return np.stack([i[sel], j[sel]], axis=1)
 
 
-def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None) -> dict:
-    """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair.
+def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None, cells=None) -> dict:
+    """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair; with ``cells`` (a
+    :class:`~retrieval.rerank.cells.MatchCells` of the RootSIFT space), the matches of pairs of at least
+    :data:`~retrieval.rerank.cells.EXACT_BELOW` comparisons are those of the probed test, as the verifier makes them.
 
     Returns
     -------
     dict of ndarrays of shape (p,): ``tentative``, ``inliers`` (one-to-one inliers of the best model),
-    ``evidence`` (``inliers`` when the model is sane and spread, else 0), ``seconds`` (verification only).
+    ``evidence`` (``inliers`` when the model is sane and spread, else 0), ``seconds`` (verification only),
+    ``probed`` (1 for a pair matched by the probed test).
     """
+    from retrieval.rerank.cells import EXACT_BELOW, probed_matches
+
     params = {**(verify_params or {}), "min_inliers": 1}
-    desc = {}
+    desc, placed = {}, {}
 
     def rs(i):
         if i not in desc:
-            desc[i] = root_sift(features[i].descriptors)
+            desc[i] = np.ascontiguousarray(root_sift(features[i].descriptors), np.float32)
         return desc[i]
 
+    def place(i):
+        if i not in placed:
+            placed[i] = cells.place(rs(i))
+        return placed[i]
+
+    def matches(a, b):
+        if not (len(features[a]) and len(features[b])):
+            return np.zeros((0, 2), np.int64), False
+        if cells is not None and len(features[a]) * len(features[b]) >= EXACT_BELOW:
+            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[1], place(b)[2], ratio=ratio), True
+        return tentative_matches(rs(a), rs(b), ratio=ratio), False
+
     p = len(pairs)
-    out = {k: np.zeros(p, np.int64) for k in ("tentative", "inliers", "evidence")}
+    out = {k: np.zeros(p, np.int64) for k in ("tentative", "inliers", "evidence", "probed")}
     out["seconds"] = np.zeros(p)
     for n, (a, b) in enumerate(pairs):
         fa, fb = features[a], features[b]
-        m = tentative_matches(rs(a), rs(b), ratio=ratio) if len(fa) and len(fb) else np.zeros((0, 2), np.int64)
+        m, out["probed"][n] = matches(a, b)
         t0 = time.perf_counter()
         v = verify(fa.frames, fb.frames, m, **params)
         out["seconds"][n] = time.perf_counter() - t0
@@ -170,9 +187,11 @@ def shortlist_speed(features, groups, *, n_queries: int = 20, shortlist: int = 5
 
 def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, random_state: int = 0,
                  ratio: float = 0.85, thresholds=range(4, 21), min_inliers: int = DEFAULT_MIN_INLIERS,
-                 speed_queries: int = 20, progress=None) -> dict:
+                 speed_queries: int = 20, progress=None, match_cells: bool = False) -> dict:
     """False- and true-verification rates on UKBench and Holidays, the trade-off over ``thresholds`` and the
     shortlist speed (see the module doc). ``n_unrelated`` unrelated pairs in all, half from each set.
+    ``match_cells``: tentative matches as a verifier with match cells makes them (cells learnt on 200,000 RootSIFT
+    descriptors of both sets, as an object preset learns them on its collection).
 
     Features: the ``features`` section of the ``default`` preset (Hessian-affine, ``max_side`` 1024), read from
     or written to ``store`` (a :class:`FeatureStore`).
@@ -185,13 +204,21 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
     sets = {"ukbench": ukbench_groups(ukbench), "holidays": holidays_groups(holidays)}
     out = {"ratio": ratio, "min_inliers": int(min_inliers), "random_state": int(random_state), "sets": {}}
     all_u, all_t = [], []
+    feats_of = {name: [store.get_or_extract(p, extractor) if store is not None else extractor(p) for p in paths]
+                for name, (paths, _) in sets.items()}
+    cells = None
+    if match_cells:
+        from retrieval.engine.object_backend import train_cells
+
+        cells = train_cells([f for fs in feats_of.values() for f in fs], True, random_state)
+        out["match_cells"] = {"cells": len(cells.centres), "probes": cells.probes}
     for k, (name, (paths, groups)) in enumerate(sets.items()):
-        feats = [store.get_or_extract(p, extractor) if store is not None else extractor(p) for p in paths]
+        feats = feats_of[name]
         n = n_unrelated // 2 + (n_unrelated % 2 if k == 0 else 0)
         pu = unrelated_pairs(groups, n, random_state + k)
         pt = true_pairs(groups)
-        eu = pair_evidence(feats, pu, ratio=ratio, progress=progress)
-        et = pair_evidence(feats, pt, ratio=ratio, progress=progress)
+        eu = pair_evidence(feats, pu, ratio=ratio, progress=progress, cells=cells)
+        et = pair_evidence(feats, pt, ratio=ratio, progress=progress, cells=cells)
         all_u.append(eu["evidence"])
         all_t.append(et["evidence"])
         worst = np.argsort(-eu["evidence"])[:5]
@@ -206,6 +233,7 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
             "worst_unrelated": [[paths[pu[i, 0]].name, paths[pu[i, 1]].name, int(eu["evidence"][i])]
                                 for i in worst],
             "verify_ms_per_pair": 1000 * float(np.mean(np.r_[eu["seconds"], et["seconds"]])),
+            "probed_pairs": int(eu["probed"].sum() + et["probed"].sum()),
             "tradeoff": tradeoff(eu["evidence"], et["evidence"], thresholds)}
         if name == "ukbench" and speed_queries:
             out["speed"] = shortlist_speed(feats, groups, n_queries=speed_queries, ratio=ratio,

@@ -314,9 +314,12 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
               help="50-image shortlists timed (ours vs OpenCV USAC_MAGSAC; 0 = skip).")
 @click.option("--feature-store", type=click.Path(file_okay=False), default=None,
               help="Feature-store folder (features of the default preset, extracted once).")
+@click.option("--match-cells", is_flag=True,
+              help="Tentative matches as a verifier with match cells makes them (the probed ratio test for pairs of "
+                   "at least 1,000,000 descriptor comparisons; cells learnt on both sets).")
 @json_option()
 @click.pass_context
-def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, as_json):
+def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, match_cells, as_json):
     """Geometric verification: false- and true-verification rates on real pairs, trade-off table, speed."""
     from retrieval.bench.verify import bench_verify
     from retrieval.core.progress import callback_for, progress_bar
@@ -325,14 +328,15 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
     with progress_bar(None, "pairs", enabled=not (ctx.obj or {}).get("quiet")) as bar:
         res = bench_verify(ukbench, holidays, store=FeatureStore(feature_store) if feature_store else None,
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
-                           progress=callback_for(bar))
+                           progress=callback_for(bar), match_cells=match_cells)
     if as_json:
         click.echo(json.dumps(res, ensure_ascii=False))
         return
     for name, r in res["sets"].items():
         click.echo(f"{name}: {r['images']} images; unrelated pairs {r['unrelated_pairs']}: {r['false_verified']} "
                    f"verified ({100 * r['false_rate']:.3f} %); true pairs {r['true_pairs']}: {r['true_verified']} "
-                   f"verified ({100 * r['true_rate']:.1f} %); {r['verify_ms_per_pair']:.2f} ms per pair")
+                   f"verified ({100 * r['true_rate']:.1f} %); {r['verify_ms_per_pair']:.2f} ms per pair; "
+                   f"{r['probed_pairs']} pairs by the probed test")
     a = res["all"]
     click.echo(f"all: {a['unrelated_pairs']} unrelated pairs, false-verification rate {100 * a['false_rate']:.3f} % "
                f"at min_inliers {res['min_inliers']}; true-verification rate {100 * a['true_rate']:.1f} %")

@@ -195,3 +195,22 @@ def test_spatial_rerank_cache_reads_each_image_once_and_changes_nothing():
     tiny = BytesLRU(1000)   # smaller than one image's frames and descriptions
     reads.clear()
     assert ranked(tiny) == plain and ranked(tiny) == plain and len(reads) == 8 and len(tiny) == 0
+
+
+def test_no_false_verification_on_500_unrelated_pairs_with_match_cells(features_of):
+    from conftest import shared_path
+
+    from retrieval.bench.verify import pair_evidence, unrelated_pairs
+    from retrieval.engine.object_backend import train_cells
+
+    sets = [([features_of(p, detector="hesaff", max_side=1024) for p in paths], groups)
+            for paths, groups in _sample_images(shared_path)]
+    cells = train_cells([f for feats, _ in sets for f in feats], True, 0)
+    evid, probed = [], 0
+    for k, (feats, groups) in enumerate(sets):
+        out = pair_evidence(feats, unrelated_pairs(groups, 250, random_state=k), cells=cells)
+        evid.append(out["evidence"])
+        probed += int(out["probed"].sum())
+    e = np.concatenate(evid)
+    assert probed >= 5                   # UKBench pairs past 1,000,000 comparisons went through the probed test
+    assert int((e >= DEFAULT_MIN_INLIERS).sum()) == 0, np.sort(e)[-10:]
