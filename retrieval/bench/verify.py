@@ -96,7 +96,8 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
         if not (len(features[a]) and len(features[b])):
             return np.zeros((0, 2), np.int64), False
         if cells is not None and len(features[a]) * len(features[b]) >= EXACT_BELOW:
-            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[1], place(b)[2], ratio=ratio), True
+            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[1], place(b)[2], ratio=ratio,
+                                  query_bound=place(a)[3]), True
         return tentative_matches(rs(a), rs(b), ratio=ratio), False
 
     p = len(pairs)

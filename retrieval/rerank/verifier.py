@@ -47,7 +47,7 @@ def rootsift_descriptors(descriptors) -> np.ndarray:
 @dataclass(frozen=True)
 class Described:
     """One side of a pair: frames (n, 6), described descriptors (n, d) float32 and the image size (w, h); with
-    match cells, ``cells``: the descriptors' place in them (:meth:`MatchCells.place`: probes, perm, starts)."""
+    match cells, ``cells``: the descriptors' place in them (:meth:`MatchCells.place`: probes, perm, starts, bound)."""
 
     frames: np.ndarray
     descriptors: np.ndarray
@@ -125,7 +125,7 @@ class Verifier:
         if query.cells is not None and db.cells is not None and \
                 len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW:
             matches = probed_matches(query.descriptors, query.cells[0], db.descriptors, db.cells[1], db.cells[2],
-                                     ratio=self.ratio)
+                                     ratio=self.ratio, query_bound=query.cells[3])
         elif len(query.descriptors) and len(db.descriptors):
             matches = tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
         else:

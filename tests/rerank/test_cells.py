@@ -37,10 +37,10 @@ def cells(real_pairs):
     return MatchCells.fit(X, k=128, seed=0)
 
 
-def matches_with(cells, qa, db, ratio=0.85):
-    probes, _, _ = cells.place(qa)
-    _, perm, starts = cells.place(db)
-    return probed_matches(qa, probes, db, perm, starts, ratio=ratio)
+def matches_with(cells, qa, db, ratio=0.85, bound=True):
+    probes, _, _, b = cells.place(qa)
+    _, perm, starts, _ = cells.place(db)
+    return probed_matches(qa, probes, db, perm, starts, ratio=ratio, query_bound=b if bound else None)
 
 
 def as_set(m):
@@ -58,9 +58,12 @@ def test_matches_are_the_exact_tests_and_all_of_them_when_every_cell_is_probed(s
     assert len(exact) > 50
     X = np.concatenate([a, b])
     for probes in (1, 3):
-        got = as_set(matches_with(MatchCells.fit(X, k=32, seed=seed, probes=probes), a, b, ratio=0.8))
+        cells = MatchCells.fit(X, k=32, seed=seed, probes=probes)
+        got = as_set(matches_with(cells, a, b, ratio=0.8))
         assert got <= exact
         assert len(got) > 0
+        # the bound only spares confirmations: the same matches as confirming every one
+        assert got == as_set(matches_with(cells, a, b, ratio=0.8, bound=False))
     everything = MatchCells.fit(X, k=32, seed=seed, probes=32)
     assert as_set(matches_with(everything, a, b, ratio=0.8)) == exact
 
@@ -127,3 +130,21 @@ def test_pairs_of_small_images_are_matched_exactly(real_pairs, cells):
     f = fast.check(fast.described(head(fa)), fast.described(head(fb)), box)
     assert len(e.matches) > 20
     np.testing.assert_array_equal(f.matches, e.matches)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_descriptor_of_an_unprobed_cell_is_nearer_than_the_bound(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(2000, 12)).astype(np.float32)
+    cells = MatchCells.fit(X, k=40, seed=seed, probes=3)
+    q, db = X[:300], X[300:]
+    probes, _, _, bound = cells.place(q)
+    own = cells.place(db)[0][:, 0]                                     # each database row's cell
+    d2 = ((q[:, None, :].astype(np.float64) - db[None, :, :]) ** 2).sum(-1)
+    for i in range(len(q)):
+        outside = ~np.isin(own, probes[i])
+        assert outside.any()
+        assert d2[i, outside].min() >= bound[i] * (1 - 1e-4)
+    assert np.isfinite(bound).all() and (bound > 0).mean() > 0.5
+    everything = MatchCells(cells.centres, probes=40)
+    assert np.isinf(everything.place(q)[3]).all()
