@@ -89,15 +89,15 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
 
     def place(i):
         if i not in placed:
-            placed[i] = cells.place(rs(i))
+            placed[i] = cells.place_query(rs(i)) + cells.place_database(rs(i))
         return placed[i]
 
     def matches(a, b):
         if not (len(features[a]) and len(features[b])):
             return np.zeros((0, 2), np.int64), False
         if cells is not None and len(features[a]) * len(features[b]) >= EXACT_BELOW:
-            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[1], place(b)[2], ratio=ratio,
-                                  query_bound=place(a)[3]), True
+            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[2], place(b)[3], ratio=ratio,
+                                  query_bound=place(a)[1]), True
         return tentative_matches(rs(a), rs(b), ratio=ratio), False
 
     p = len(pairs)

@@ -77,26 +77,31 @@ class MatchCells:
         C = self.centres
         return (np.einsum("ij,ij->i", C, C)[None, :] - 2.0 * (desc @ C.T)).astype(np.float32)
 
-    def place(self, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Both roles of one image's descriptors ``desc`` (n, d): ``(probes, perm, starts, bound)``. As a query:
-        the ``probes`` nearest cells of each row, (n, probes) int32 (all cells when there are fewer), and ``bound``
-        (n,) float32, the smallest squared distance from the row to any unprobed cell (module docstring; inf when
-        every cell is probed). As the database side: its rows listed by nearest cell, ``perm[starts[c]:starts[c +
-        1]]`` the rows of cell ``c`` (int32, and k + 1 int64 offsets)."""
+    def place_query(self, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One image's descriptors ``desc`` (n, d) as a query: ``(probes, bound)``, the ``probes`` nearest cells of
+        each row, (n, probes) int32 (all cells when there are fewer), and the smallest squared distance from the
+        row to any unprobed cell, (n,) float32 (module docstring; inf when every cell is probed)."""
         from retrieval.rerank._cells_kernels import smallest_columns, unprobed_bound
 
         desc = np.ascontiguousarray(desc, np.float32)
-        k, p = len(self.centres), min(self.probes, len(self.centres))
+        p = min(self.probes, len(self.centres))
         if len(desc) == 0:
-            return (np.zeros((0, p), np.int32), np.zeros(0, np.int32), np.zeros(k + 1, np.int64),
-                    np.zeros(0, np.float32))
+            return np.zeros((0, p), np.int32), np.zeros(0, np.float32)
         D = self._distances(desc)
         probes = smallest_columns(D, p)
-        bound = unprobed_bound(D, probes, self._gap2)
-        cell = probes[:, 0]
+        return probes, unprobed_bound(D, probes, self._gap2)
+
+    def place_database(self, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One image's descriptors ``desc`` (n, d) as the database side: ``(perm, starts)``, its rows listed by
+        nearest cell, ``perm[starts[c]:starts[c + 1]]`` the rows of cell ``c`` (int32, and k + 1 int64 offsets)."""
+        desc = np.ascontiguousarray(desc, np.float32)
+        k = len(self.centres)
+        if len(desc) == 0:
+            return np.zeros(0, np.int32), np.zeros(k + 1, np.int64)
+        cell = np.argmin(self._distances(desc), axis=1)
         perm = np.argsort(cell, kind="stable")
         starts = np.searchsorted(cell[perm], np.arange(k + 1)).astype(np.int64)
-        return probes, perm.astype(np.int32), starts, bound
+        return perm.astype(np.int32), starts
 
     def save(self, path) -> None:
         np.savez(path, centres=self.centres, probes=np.int64(self.probes))
@@ -110,7 +115,7 @@ class MatchCells:
 def probed_matches(query_desc, query_cells, db_desc, db_perm, db_starts, *, ratio: float,
                    query_bound=None) -> np.ndarray:
     """Tentative matches ``(query index, database index)`` (m, 2) int64, sorted by query index (module docstring):
-    probe, then keep what the bound ``query_bound`` (:meth:`MatchCells.place`; None: no bound) settles and confirm
+    probe, then keep what the bound ``query_bound`` (:meth:`MatchCells.place_query`; None: no bound) settles and confirm
     the rest (the exact test's own computation on those rows)."""
     from retrieval.rerank._cells_kernels import probe_nearest_two
 

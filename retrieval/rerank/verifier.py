@@ -47,16 +47,18 @@ def rootsift_descriptors(descriptors) -> np.ndarray:
 @dataclass(frozen=True)
 class Described:
     """One side of a pair: frames (n, 6), described descriptors (n, d) float32 and the image size (w, h); with
-    match cells, ``cells``: the descriptors' place in them (:meth:`MatchCells.place`: probes, perm, starts, bound)."""
+    match cells, the descriptors' place in them: as a query, ``probes`` (:meth:`MatchCells.place_query`), as the
+    database side, ``cells`` (:meth:`MatchCells.place_database`)."""
 
     frames: np.ndarray
     descriptors: np.ndarray
     image_size: tuple[int, int]
+    probes: tuple | None = None
     cells: tuple | None = None
 
     @property
     def nbytes(self) -> int:
-        extra = sum(a.nbytes for a in self.cells) if self.cells is not None else 0
+        extra = sum(a.nbytes for part in (self.probes, self.cells) if part is not None for a in part)
         return int(self.frames.nbytes + self.descriptors.nbytes + extra + 64)
 
 
@@ -94,8 +96,8 @@ class Verifier:
     describe: Callable | None = None
     cells: MatchCells | None = None
 
-    def described(self, features) -> Described:
-        """The frames and compared descriptors of :class:`LocalFeatures`."""
+    def described(self, features, roles=("query", "database")) -> Described:
+        """The frames and compared descriptors of :class:`LocalFeatures`, placed in the match cells for ``roles``."""
         frames = np.asarray(features.frames, np.float32) if len(features) else np.zeros((0, 6), np.float32)
         if len(features) == 0:
             desc = np.zeros((0, 0), np.float32)
@@ -103,29 +105,30 @@ class Verifier:
             desc = rootsift_descriptors(features.descriptors)
         else:
             desc = np.asarray(self.describe(features.descriptors), np.float32)
-        return self.side(frames, desc, features.image_size)
+        return self.side(frames, desc, features.image_size, roles)
 
-    def side(self, frames, desc, image_size) -> Described:
-        """One side of a pair from frames and descriptors already described, placed in the cells when there are
-        (of the same dimension)."""
-        cells = None
+    def side(self, frames, desc, image_size, roles=("query", "database")) -> Described:
+        """One side of a pair from frames and descriptors already described, placed in the cells (when there are,
+        of the same dimension) for ``roles`` ("query", "database")."""
+        probes = cells = None
         if self.cells is not None and len(desc) and desc.shape[1] == self.cells.centres.shape[1]:
-            cells = self.cells.place(desc)
-        return Described(frames, desc, tuple(int(v) for v in image_size), cells)
+            probes = self.cells.place_query(desc) if "query" in roles else None
+            cells = self.cells.place_database(desc) if "database" in roles else None
+        return Described(frames, desc, tuple(int(v) for v in image_size), probes, cells)
 
     def database(self, image_id: int, get_features: Callable, cache: BytesLRU | None = None) -> Described:
         """The described database image ``image_id`` (``get_features(id)``), kept in ``cache`` under
         ``("described", id)`` (the caller guarantees an id always names the same content)."""
-        return cached(cache, ("described", int(image_id)), lambda: self.described(get_features(int(image_id))),
-                      lambda v: v.nbytes)
+        return cached(cache, ("described", int(image_id)),
+                      lambda: self.described(get_features(int(image_id)), roles=("database",)), lambda v: v.nbytes)
 
     def check(self, query: Described, db: Described, query_box) -> Outcome:
         """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
         into the database image when the pair verifies."""
-        if query.cells is not None and db.cells is not None and \
+        if query.probes is not None and db.cells is not None and \
                 len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW:
-            matches = probed_matches(query.descriptors, query.cells[0], db.descriptors, db.cells[1], db.cells[2],
-                                     ratio=self.ratio, query_bound=query.cells[3])
+            matches = probed_matches(query.descriptors, query.probes[0], db.descriptors, db.cells[0], db.cells[1],
+                                     ratio=self.ratio, query_bound=query.probes[1])
         elif len(query.descriptors) and len(db.descriptors):
             matches = tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
         else:
@@ -154,7 +157,7 @@ class Verifier:
         verified beyond it in the last batch are set back, so the result does not depend on ``threads``."""
         if len(query_features) == 0 or not hits:
             return hits
-        query = self.described(query_features)
+        query = self.described(query_features, roles=("query",))
         head, tail = hits[:shortlist], hits[shortlist:]
         if patience <= 0:
             outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,

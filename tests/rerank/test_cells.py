@@ -38,8 +38,8 @@ def cells(real_pairs):
 
 
 def matches_with(cells, qa, db, ratio=0.85, bound=True):
-    probes, _, _, b = cells.place(qa)
-    _, perm, starts, _ = cells.place(db)
+    probes, b = cells.place_query(qa)
+    perm, starts = cells.place_database(db)
     return probed_matches(qa, probes, db, perm, starts, ratio=ratio, query_bound=b if bound else None)
 
 
@@ -138,8 +138,9 @@ def test_no_descriptor_of_an_unprobed_cell_is_nearer_than_the_bound(seed):
     X = rng.normal(size=(2000, 12)).astype(np.float32)
     cells = MatchCells.fit(X, k=40, seed=seed, probes=3)
     q, db = X[:300], X[300:]
-    probes, _, _, bound = cells.place(q)
-    own = cells.place(db)[0][:, 0]                                     # each database row's cell
+    probes, bound = cells.place_query(q)
+    perm, starts = cells.place_database(db)
+    own = np.repeat(np.arange(len(starts) - 1), np.diff(starts))[np.argsort(perm)]   # each database row's cell
     d2 = ((q[:, None, :].astype(np.float64) - db[None, :, :]) ** 2).sum(-1)
     for i in range(len(q)):
         outside = ~np.isin(own, probes[i])
@@ -147,4 +148,4 @@ def test_no_descriptor_of_an_unprobed_cell_is_nearer_than_the_bound(seed):
         assert d2[i, outside].min() >= bound[i] * (1 - 1e-4)
     assert np.isfinite(bound).all() and (bound > 0).mean() > 0.5
     everything = MatchCells(cells.centres, probes=40)
-    assert np.isinf(everything.place(q)[3]).all()
+    assert np.isinf(everything.place_query(q)[1]).all()
