@@ -315,7 +315,11 @@ class Writer:
         report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
         # 6. the duplicate finder's codes of the photos added (retrieval.app.duplicate_codes; a cache)
-        keep_codes(self.folder.path, store, key, [hashes[p] for p in add_paths])
+        try:
+            keep_codes(self.folder.path, store, key, [hashes[p] for p in add_paths])
+        except OSError as exc:   # a cache: the duplicates run encodes what is missing
+            logger.warning("%s: the duplicate codes of the photos added were not kept (%s); 'retrieval duplicates' "
+                           "will compute them", self.folder.path, exc)
         report.stage_seconds["codes"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - t0
         logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",

@@ -125,3 +125,20 @@ def test_the_single_file_of_earlier_versions_is_read_and_dropped_by_the_next_mer
     parts.add({"ef" * 16: code(6)})
     assert not (tmp_path / dc.LEGACY_FILE).exists()
     assert set(parts.load()) == {h, "ef" * 16}
+
+
+def test_a_sync_whose_codes_cannot_be_written_still_indexes(tmp_path, generic_key, monkeypatch, caplog):
+    photos = tmp_path / "photos"
+    fill(photos, photos_of(3, start=40))
+
+    def full(self, codes):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dc.CodeParts, "_write", full)
+    idx = Index.create(tmp_path / "idx", preset="default")
+    report = idx.sync(photos, workers=1)
+    assert report.added == 3 and idx.catalog.count("indexed") == 3
+    assert "duplicate codes of the photos added were not kept" in caplog.text
+    monkeypatch.undo()
+    assert find_duplicates(idx) == [] and len(kept_hashes(idx.path, generic_key)) == 3   # the run computed them
+    idx.close()

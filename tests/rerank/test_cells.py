@@ -149,3 +149,21 @@ def test_no_descriptor_of_an_unprobed_cell_is_nearer_than_the_bound(seed):
     assert np.isfinite(bound).all() and (bound > 0).mean() > 0.5
     everything = MatchCells(cells.centres, probes=40)
     assert np.isinf(everything.place_query(q)[1]).all()
+
+
+def test_the_same_outcomes_from_several_threads(real_pairs, cells):
+    """One verifier shared by threads (its cells are read, never assigned): the probed path gives every thread
+    the outcomes of one."""
+    fast = Verifier(cells=cells)
+    box = (0.0, 0.0, 1e5, 1e5)
+    query = fast.described(real_pairs[0][0])
+    dbs = {i: f for i, (_, f) in enumerate(real_pairs)} | {len(real_pairs) + i: f for i, (f, _) in
+                                                          enumerate(real_pairs)}
+
+    def run(threads):
+        out = fast.check_many(query, sorted(dbs) * 3, box, dbs.__getitem__, threads=threads)
+        return [(o.verified, o.inliers, o.matches.tobytes()) for o in out]
+
+    one = run(1)
+    assert any(v for v, _, _ in one)
+    assert run(4) == one
