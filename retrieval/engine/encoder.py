@@ -91,8 +91,11 @@ class GlobalEncoder:
         """Learn the local PCA, the vocabulary and the global PCA from ``n_images`` training images
         (``features_of(i)``: the :class:`LocalFeatures` of training image ``i``), drawing seeds from ``rng``."""
         cfg = self.config
-        descs = [root_sift(features_of(i).descriptors) for i in range(n_images)]
-        X = sample_descriptors(descs, cfg.training.max_descriptors, rng)
+        # the sample drawn from the stored descriptors, then RootSIFT (row by row: the same rows as RootSIFT
+        # first, without a float32 copy of every training descriptor)
+        descs = [np.asarray(features_of(i).descriptors) for i in range(n_images)]
+        X = np.asarray(root_sift(sample_descriptors(descs, cfg.training.max_descriptors, rng)), np.float32)
+        del descs
         lp = cfg.local_pca
         n_comp = min(lp.n_components, X.shape[1])
         if len(X) < n_comp:
@@ -116,13 +119,26 @@ class GlobalEncoder:
         if proj is not None:
             n_out = proj.n_components
             if n_images >= 2 * n_out:
-                V = self.aggregate([features_of(i) for i in range(n_images)], project=False, dense=False)
+                V = self._aggregate_chunks(features_of, n_images)
                 self.projection = A.PCAProjection(n_components=n_out, whiten=proj.whiten, renormalize=proj.renormalize,
                                                 rotation=rotate, random_state=int(rng.integers(2**31 - 1))).fit(V)
             else:
                 record_reduction(self.effective, self.preset["name"], "projection.n_components", n_out, None,
                                  f"the PCA to {n_out} dimensions needs {2 * n_out} training images, got "
                                  f"{n_images}: the aggregated vectors keep their full dimension D")
+
+    def _aggregate_chunks(self, features_of, n_images: int, chunk: int = 64):
+        """The aggregated vectors (before the global PCA) of the training images, ``chunk`` images at a time (the
+        features of one chunk in memory, not of every training image)."""
+        from retrieval.aggregation.normalize import issparse
+
+        parts = [self.aggregate([features_of(i) for i in range(s, min(s + chunk, n_images))], project=False,
+                                dense=False) for s in range(0, n_images, chunk)]
+        if parts and issparse(parts[0]):
+            import scipy.sparse as sp
+
+            return sp.vstack(parts).tocsr()
+        return np.concatenate(parts, axis=0)
 
     def save(self, folder: Path) -> list[str]:
         """Save into a model folder; returns the files written."""
