@@ -44,7 +44,11 @@ def main() -> None:
     ap.add_argument("--presets", default="default,compact,accurate,object")
     ap.add_argument("--if-missing", action="store_true", help="only the presets without a matching model")
     args = ap.parse_args()
-    names = [n for n in args.presets.split(",") if not (args.if_missing and provenance(load_preset(n)) is not None)]
+    def current(name: str) -> bool:
+        # a matching model, with the verification's match cells (models of earlier versions have none)
+        return provenance(load_preset(name)) is not None and (models_folder() / name / "match_cells.npz").is_file()
+
+    names = [n for n in args.presets.split(",") if not (args.if_missing and current(n))]
     if not names:
         print("generic models up to date")
         return
