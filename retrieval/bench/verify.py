@@ -77,28 +77,21 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
     ``evidence`` (``inliers`` when the model is sane and spread, else 0), ``seconds`` (verification only),
     ``probed`` (1 for a pair matched by the probed test).
     """
-    from retrieval.rerank.cells import EXACT_BELOW, probed_matches
+    from retrieval.rerank.verifier import Verifier
 
     params = {**(verify_params or {}), "min_inliers": 1}
-    desc, placed = {}, {}
+    matcher = Verifier(ratio=ratio, cells=cells)    # the verifier's matching (RootSIFT; probed with cells)
+    sides = {}
 
-    def rs(i):
-        if i not in desc:
-            desc[i] = np.ascontiguousarray(root_sift(features[i].descriptors), np.float32)
-        return desc[i]
-
-    def place(i):
-        if i not in placed:
-            placed[i] = cells.place_query(rs(i)) + cells.place_database(rs(i))
-        return placed[i]
+    def side(i):
+        if i not in sides:
+            sides[i] = matcher.described(features[i])
+        return sides[i]
 
     def matches(a, b):
         if not (len(features[a]) and len(features[b])):
             return np.zeros((0, 2), np.int64), False
-        if cells is not None and len(features[a]) * len(features[b]) >= EXACT_BELOW:
-            return probed_matches(rs(a), place(a)[0], rs(b), place(b)[2], place(b)[3], ratio=ratio,
-                                  query_bound=place(a)[1]), True
-        return tentative_matches(rs(a), rs(b), ratio=ratio), False
+        return matcher.matches(side(a), side(b)), matcher.probed(side(a), side(b))
 
     p = len(pairs)
     out = {k: np.zeros(p, np.int64) for k in ("tentative", "inliers", "evidence", "probed")}

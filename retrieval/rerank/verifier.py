@@ -122,17 +122,27 @@ class Verifier:
         return cached(cache, ("described", int(image_id)),
                       lambda: self.described(get_features(int(image_id)), roles=("database",)), lambda v: v.nbytes)
 
+    @staticmethod
+    def probed(query: Described, db: Described) -> bool:
+        """Whether the pair is matched by the probed test (both sides placed, at least :data:`EXACT_BELOW`
+        comparisons) rather than the exact one."""
+        return query.probes is not None and db.cells is not None and \
+            len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW
+
+    def matches(self, query: Described, db: Described) -> np.ndarray:
+        """The tentative matches of a pair, (m, 2) int64 (query index, database index): the probed test or the
+        exact one (module docstring, step 2)."""
+        if self.probed(query, db):
+            return probed_matches(query.descriptors, query.probes[0], db.descriptors, db.cells[0], db.cells[1],
+                                  ratio=self.ratio, query_bound=query.probes[1])
+        if len(query.descriptors) and len(db.descriptors):
+            return tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
+        return np.empty((0, 2), np.int64)
+
     def check(self, query: Described, db: Described, query_box) -> Outcome:
         """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
         into the database image when the pair verifies."""
-        if query.probes is not None and db.cells is not None and \
-                len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW:
-            matches = probed_matches(query.descriptors, query.probes[0], db.descriptors, db.cells[0], db.cells[1],
-                                     ratio=self.ratio, query_bound=query.probes[1])
-        elif len(query.descriptors) and len(db.descriptors):
-            matches = tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
-        else:
-            matches = np.empty((0, 2), np.int64)
+        matches = self.matches(query, db)
         v = verify(query.frames, db.frames, matches, min_inliers=self.min_inliers)
         box = project_box(query_box, v.transform, db.image_size) if v.verified else None
         return Outcome(bool(v.verified and box is not None), int(v.inliers), box, v, matches)
