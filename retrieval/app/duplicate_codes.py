@@ -1,4 +1,5 @@
-"""Candidate pairs of ``retrieval duplicates``: one compact global code per photo, compared all against all.
+"""The compact global code of each photo that ``retrieval duplicates`` finds its candidate pairs with
+(:mod:`retrieval.app.duplicate_candidates`).
 
 Every preset uses the same code, so that one calibrated threshold holds for all: the Fisher vector of the
 package's generic ``default`` model (:mod:`retrieval.app.generic_models`: RootSIFT reduced to 64-d, 64 Gaussians,
@@ -39,9 +40,6 @@ QUERY_TURNS = (0, 1, 2)
 
 ENCODE_CHUNK = 64
 """Photos encoded between two progress calls."""
-
-BLOCK_VALUES = 50_000_000
-"""Similarities computed at once (200 MB of float32): the rows of a block are ``BLOCK_VALUES // (turns x n)``."""
 
 
 class CodeSpace:
@@ -243,59 +241,3 @@ def centred(codes: np.ndarray, mean: np.ndarray | None = None) -> np.ndarray:
     mu = codes[:, 0].mean(axis=0) if mean is None else mean
     out = codes - mu
     return out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
-
-
-def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, threshold: float,
-                    exclude_self: bool = True) -> list[tuple[int, int, float, int]]:
-    """Candidate pairs of photos by their codes.
-
-    Parameters
-    ----------
-    query_codes : (n, T, D) — each photo's codes turned by 0, 1, ... T - 1 quarter turns
-    codes : (m, D) — the upright codes compared with (the same photos when ``exclude_self``)
-    k : nearest photos kept for each query photo
-    threshold : the least similarity kept
-
-    Returns
-    -------
-    list of ``(i, j, similarity, turn, rank)``: query photo ``i``, compared photo ``j``, the best similarity over
-    the turns and its turn (quarter turns of ``i``), the rank of ``j`` among the query's candidates (from 0; for an
-    unordered pair the better of its two), by decreasing similarity; with ``exclude_self`` each unordered pair once
-    (the turn then expressed for the smaller index, ``(4 - turn) % 4`` when swapped).
-    """
-    n, T, _ = query_codes.shape
-    out: dict = {}
-    C = np.ascontiguousarray(codes.T)
-    block = max(1, BLOCK_VALUES // max(1, T * len(codes)))
-    for s in range(0, n, block):
-        Q = query_codes[s:s + block]
-        S = np.einsum("ntd,dm->ntm", Q, C, optimize=True) if T > 1 else (Q[:, 0] @ C)[:, None]
-        best_turn = S.argmax(axis=1)
-        best = np.take_along_axis(S, best_turn[:, None, :], axis=1)[:, 0]
-        if exclude_self:
-            best[np.arange(len(Q)), np.arange(s, s + len(Q))] = -np.inf
-        kk = min(k, best.shape[1])
-        if kk <= 0:
-            continue
-        top = np.argpartition(-best, kk - 1, axis=1)[:, :kk]
-        for r in range(len(Q)):
-            i = s + r
-            order = top[r][np.argsort(-best[r, top[r]], kind="stable")]
-            for rank, j in enumerate(order):
-                sim = float(best[r, j])
-                if not sim >= threshold:
-                    continue
-                turn = int(best_turn[r, j])
-                key = (i, int(j))
-                if exclude_self:
-                    if i == j:
-                        continue
-                    if i > j:
-                        key, turn = (int(j), i), (4 - turn) % 4
-                if key not in out or out[key][0] < sim or (out[key][0] == sim and out[key][2] > rank):
-                    out[key] = (sim, turn, min(rank, out[key][2]) if key in out else rank)
-                elif out[key][2] > rank:
-                    out[key] = (out[key][0], out[key][1], rank)
-    pairs = [(a, b, sim, turn, rank) for (a, b), (sim, turn, rank) in out.items()]
-    pairs.sort(key=lambda p: (-p[2], p[0], p[1]))
-    return pairs

@@ -130,6 +130,25 @@ class PairVerifier:
         self.verifier = searcher.verifier
         self.min_inliers = int(min_inliers)
         self.cache = BytesLRU(int(cache_mb * 2**20))
+        self.sides = None
+
+    def prepare(self, ids, *, threads: int = 1, folder=None, progress=None) -> None:
+        """Read each photo of ``ids`` once, before any check: its feature count and upright cheap side kept for
+        the run (:class:`retrieval.app.duplicate_sides.CheapSides`); call :meth:`close` after the run."""
+        from retrieval.app.duplicate_sides import CheapSides
+
+        def make(image_id):
+            f = self.features(image_id)
+            if len(f) <= CHEAP_FEATURES:
+                return len(f), None
+            return len(f), self.verifier.described(_largest(f, CHEAP_FEATURES), roles=())
+
+        self.sides = CheapSides(ids, make, size=CHEAP_FEATURES, threads=threads, folder=folder, progress=progress)
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` kept."""
+        if self.sides is not None:
+            self.sides.close()
 
     def features(self, image_id: int):
         """The stored features of an indexed photo (read from the feature store; not kept: the cheap sides are)."""
@@ -141,6 +160,8 @@ class PairVerifier:
 
         if key is None:
             return len(features() if callable(features) else features)
+        if self.sides is not None and self.sides.count(key) is not None:
+            return self.sides.count(key)
         return cached(self.cache, ("n", key), lambda: len(features() if callable(features) else features),
                       lambda v: 32)
 
@@ -153,11 +174,17 @@ class PairVerifier:
         def make():
             f = features() if callable(features) else features
             f = turned(f, turn) if turn else f
-            f = _largest(f, CHEAP_FEATURES) if cheap else f
+            if cheap:       # 200 x 200 comparisons: always the exact ratio test, no match cells to place
+                f = _largest(f, CHEAP_FEATURES)
+                return f, self.verifier.described(f, roles=())
             return f, self.verifier.described(f)
 
         if key is None:
             return make()
+        if cheap and turn == 0 and self.sides is not None:
+            side = self.sides.side(key)
+            if side is not None:        # frames and image size are all the check and its evidence read
+                return side, side
         return cached(self.cache, (key, turn, cheap), make, lambda v: v[1].nbytes + v[0].frames.nbytes)
 
     def thumbnail(self, path: str):
@@ -320,7 +347,8 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
     -------
     list of :class:`DuplicateGroup`: exact groups, then near, then scene; in each kind the largest first.
     """
-    from retrieval.app.duplicate_codes import CodeSpace, candidate_pairs, centred
+    from retrieval.app.duplicate_candidates import candidate_pairs, search_cells
+    from retrieval.app.duplicate_codes import CodeSpace, centred
 
     _, rows = idx.catalog.snapshot()
     rows = [r for r in rows if r["status"] == "indexed"]
@@ -335,10 +363,16 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
     verifier = PairVerifier(searcher, min_inliers=min_inliers)
     Q = centred(space.codes(reps, [by_id[i]["hash"] for i in reps], progress=progress))
     if reps:
-        found = candidate_pairs(Q, np.ascontiguousarray(Q[:, 0]), k=candidates, threshold=-1.0)
+        C = np.ascontiguousarray(Q[:, 0])
+        found = candidate_pairs(Q, C, k=candidates, threshold=-1.0, cells=search_cells(C))
         paths = [by_id[i]["path"] for i in reps]
-        pairs += verify_candidates(verifier, found, reps, paths, threshold=threshold, threads=threads,
-                                   progress=progress)
+        verifier.prepare(sorted({reps[p[0]] for p in found} | {reps[p[1]] for p in found}), threads=threads,
+                         folder=idx.path, progress=progress)
+        try:
+            pairs += verify_candidates(verifier, found, reps, paths, threshold=threshold, threads=threads,
+                                       progress=progress)
+        finally:
+            verifier.close()
     return build_groups(pairs, by_id, keeper_rule)
 
 
@@ -390,7 +424,8 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
     ``paths``: ``kind`` the tightest among the matches, None when nothing matches (``error``: one line when the file
     could not be read, else None).
     """
-    from retrieval.app.duplicate_codes import CodeSpace, candidate_pairs, centred
+    from retrieval.app.duplicate_candidates import candidate_pairs
+    from retrieval.app.duplicate_codes import CodeSpace, centred
     from retrieval.features.store import file_hash
 
     _, rows = idx.catalog.snapshot()

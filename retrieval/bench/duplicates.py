@@ -190,10 +190,36 @@ def _prepare(data_dir, workdir: Path, n: int, extractor, store, workers) -> Path
     return photos
 
 
+def candidate_search(idx, *, k: int | None = None, sample: int = 2000) -> dict:
+    """How the finder searched the candidates of ``idx``: ``{"inverted_file", "cells", "seconds", ...}``; through the
+    inverted file (:mod:`retrieval.app.duplicate_candidates`), also the share of a sample of photos' exact
+    candidates it found (:func:`~retrieval.app.duplicate_candidates.sampled_recall`)."""
+    from retrieval.app.duplicate_candidates import candidate_pairs, sampled_recall, search_cells
+    from retrieval.app.duplicate_codes import CodeSpace, centred
+    from retrieval.app.duplicates import DEFAULT_CANDIDATES, DEFAULT_THRESHOLD
+
+    k = DEFAULT_CANDIDATES if k is None else k
+    rows = [r for r in idx.catalog.snapshot()[1] if r["status"] == "indexed"]
+    reps = {}
+    for r in sorted(rows, key=lambda r: r["id"]):
+        reps.setdefault(r["hash"], r["id"])
+    Q = centred(CodeSpace(idx.searcher(), idx.path).codes(list(reps.values()), list(reps)))
+    C = np.ascontiguousarray(Q[:, 0])
+    t0 = time.perf_counter()
+    cells = search_cells(C)
+    pairs = candidate_pairs(Q, C, k=k, threshold=-1.0, cells=cells)
+    out = {"inverted_file": cells is not None, "cells": 0 if cells is None else len(cells.centres),
+           "pairs": len(pairs), "seconds": round(time.perf_counter() - t0, 1)}
+    if cells is not None:
+        out.update(sampled_recall(Q, C, pairs, k=k, threshold=DEFAULT_THRESHOLD, sample=sample))
+    return out
+
+
 def bench_speed(data_dir, workdir, sizes=(1000, 10000), *, preset: str = "default", workers: int | None = None,
-                threads: int | None = None) -> list[dict]:
+                threads: int | None = None, again: bool = True) -> list[dict]:
     """Photos per second of ``find_duplicates`` at each size (module docstring): ``{"n", "preset", "index_s",
-    "codes_s", "first_s", "first_photos_per_s", "again_s", "again_photos_per_s", "groups": {kind: n}}``;
+    "codes_s", "first_s", "first_photos_per_s", "again_s", "again_photos_per_s", "groups": {kind: n},
+    "candidates": {...}}`` (``candidates``: :func:`candidate_search`; the ``again_`` keys only with ``again``);
     ``threads``: verification threads (None: the default of ``retrieval duplicates``)."""
     from retrieval.app.duplicate_codes import CODES_DIR, LEGACY_FILE, CodeParts, codes_key, keep_codes
     from retrieval.app.duplicates import find_duplicates
@@ -227,13 +253,14 @@ def bench_speed(data_dir, workdir, sizes=(1000, 10000), *, preset: str = "defaul
         row = {"n": 0, "preset": preset, "index_s": round(index_s, 1), "codes_s": round(codes_s, 1)}
         idx = Index.open(idx_dir)
         row["n"] = idx.catalog.count("indexed")
-        for label in ("first", "again"):
+        for label in ("first", "again") if again else ("first",):
             t0 = time.perf_counter()
             groups = find_duplicates(idx) if threads is None else find_duplicates(idx, threads=threads)
             s = time.perf_counter() - t0
             row[f"{label}_s"] = round(s, 2)
             row[f"{label}_photos_per_s"] = round(row["n"] / s, 1)
         row["groups"] = {k: sum(g.kind == k for g in groups) for k in ("exact", "near", "scene")}
+        row["candidates"] = candidate_search(idx)
         idx.close()
         out.append(row)
     return out

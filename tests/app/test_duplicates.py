@@ -220,3 +220,28 @@ def test_query_exclude_duplicates(dup_world):
     assert len(hits) == 5 and [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
     assert not {"p03.jpg", "p03 copy.jpg", "p03_small.png", "p03_q40.jpg"} & set(names)
     assert all(dup_world["source"][n] != 3 for n in names)
+
+
+def test_the_inverted_file_over_the_codes_finds_the_same_groups(dup_world, monkeypatch):
+    """Above the size limit the candidates come through the inverted file over the codes
+    (retrieval.app.duplicate_candidates): on this folder it gives the groups of every code compared, and the bench's
+    report of the search says what it did."""
+    from retrieval.app import duplicate_candidates
+    from retrieval.app.duplicates import find_duplicates
+    from retrieval.app.index import Index
+    from retrieval.bench.duplicates import candidate_search
+
+    def summary(groups):
+        return sorted((g.kind, sorted(im["id"] for im in g.images)) for g in groups)
+
+    idx = Index.open(dup_world["index"])
+    try:
+        every = find_duplicates(idx)
+        assert candidate_search(idx)["inverted_file"] is False
+        monkeypatch.setattr(duplicate_candidates, "EXACT_BELOW", 0)
+        report = candidate_search(idx, sample=100)
+        assert report["inverted_file"] and report["cells"] >= 2
+        assert report["recall"] == 1.0 and report["sampled"] > 0    # fewer cells than probes: every cell probed
+        assert summary(find_duplicates(idx)) == summary(every) and any(g.kind == "near" for g in every)
+    finally:
+        idx.close()

@@ -8,7 +8,8 @@ import pytest
 from conftest import shared_path
 from PIL import Image
 
-from retrieval.app.duplicate_codes import candidate_pairs, centred
+from retrieval.app.duplicate_candidates import candidate_pairs
+from retrieval.app.duplicate_codes import centred
 from retrieval.app.duplicates import DuplicatePair, build_groups
 from retrieval.app.near_duplicates import same_photograph, turned
 from retrieval.features.types import LocalFeatures
