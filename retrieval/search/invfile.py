@@ -26,10 +26,9 @@ import numbers
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from retrieval._version import __version__
-from retrieval.core.checks import check_choice, check_scalar
+from retrieval.core.checks import check_choice, check_scalar, is_sparse
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
 from retrieval.search.postings import filter_postings, histogram_rows, image_norms, merge_postings
 from retrieval.search.postings_scoring import acc_delta2, acc_dot, acc_min, acc_min_normalized, topk_smallest
@@ -229,7 +228,7 @@ class InvertedFile:
     def query_weights(self, q) -> tuple[np.ndarray, np.ndarray]:
         """The idf-weighted query histogram Q: (words int64 (u,), values float64 (u,)) from one query item."""
         self._commit()
-        words, tf = histogram_rows(q if sp.issparse(q) else [q], self.n_words, "query")[0]
+        words, tf = histogram_rows(q if is_sparse(q) else [q], self.n_words, "query")[0]
         return words, tf * self.idf_[words]
 
     def scores(self, q, *, method: str = "delta1", alpha: float = 0.5) -> tuple[np.ndarray, float]:

@@ -5,8 +5,9 @@ norms of the idf-weighted histograms recomputed after each change."""
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
+
+from retrieval.core.checks import is_sparse
 
 __all__ = ["filter_postings", "histogram_rows", "image_norms", "merge_postings"]
 
@@ -75,7 +76,9 @@ def histogram_rows(X, n_words: int, name: str = "X"):
     list of (words, tf) : words int64 sorted unique of shape (u,), tf float64 of shape (u,) (all > 0).
     """
     rows = []
-    if sp.issparse(X):
+    if is_sparse(X):
+        import scipy.sparse as sp
+
         X = sp.csr_matrix(X)
         if X.shape[1] != n_words:
             raise ValueError(f"{name} must have {n_words} columns (the vocabulary size); got shape {X.shape}.")

@@ -34,6 +34,18 @@ def test_import_is_cheap(module):
     assert res.stdout.strip() == "", f"`import {module}` imported {res.stdout.strip()}"
 
 
+def test_searching_an_inverted_file_does_not_import_scipy_sparse():
+    """A new process's first answer does not pay for scipy.sparse (0.2 s) unless something gives it a sparse
+    matrix: the inverted-file modules recognise one without importing it (retrieval.core.checks.is_sparse)."""
+    code = ("import sys, retrieval.search.invfile, retrieval.search.postings, retrieval.search.smk; "
+            "from retrieval.core.checks import is_sparse; import numpy as np; "
+            "print(is_sparse(np.zeros(2)), 'scipy.sparse' in sys.modules); "
+            "import scipy.sparse as sp; print(is_sparse(sp.csr_matrix(np.eye(2))), is_sparse(np.eye(2)))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False", "True", "False"]
+
+
 def test_package_root_holds_only_init_and_version():
     modules = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert modules == ["__init__.py", "_version.py"]
