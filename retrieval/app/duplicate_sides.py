@@ -35,6 +35,8 @@ class CheapSides:
     threads : photos read side by side
     folder : where the temporary file goes (None or not writable: the system's temporary folder)
     progress : callable(done, total) or None
+
+    Raises OSError when the temporary file cannot be made or its space reserved (the caller goes without).
     """
 
     def __init__(self, ids, make, *, size: int, threads: int = 1, folder=None, progress=None):
@@ -68,8 +70,13 @@ class CheapSides:
                 progress(min(s + CHUNK, n), n)
 
     def _map(self, shape) -> np.ndarray:
+        """A float32 array of ``shape`` mapped on a new unnamed temporary file, its space reserved first (OSError
+        when the disk cannot hold it, rather than a crash when a page is written)."""
         fh = tempfile.TemporaryFile(dir=self._folder, prefix="duplicates-")
         self._files.append(fh)
+        nbytes = int(np.prod(shape)) * 4
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fh.fileno(), 0, max(nbytes, 1))
         return np.memmap(fh, dtype=np.float32, mode="w+", shape=shape)
 
     def _allocate(self, n: int, d: int) -> None:

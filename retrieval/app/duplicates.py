@@ -25,6 +25,7 @@ How (each step bounded by what it costs):
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import replace as _replace
 
 import numpy as np
@@ -45,6 +46,8 @@ from retrieval.app.near_duplicates import (
     turned,
 )
 from retrieval.app.photo_facts import KEEPER_RULE
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CANDIDATES = 10
 """Most similar photos (global code) checked for each photo."""
@@ -143,7 +146,13 @@ class PairVerifier:
                 return len(f), None
             return len(f), self.verifier.described(_largest(f, CHEAP_FEATURES), roles=())
 
-        self.sides = CheapSides(ids, make, size=CHEAP_FEATURES, threads=threads, folder=folder, progress=progress)
+        try:
+            self.sides = CheapSides(ids, make, size=CHEAP_FEATURES, threads=threads, folder=folder,
+                                    progress=progress)
+        except OSError as exc:
+            logger.warning("the cheap-check features of %d photos cannot be kept for this run (%s): each check "
+                           "reads the stored features again, which is slower", len(ids), exc)
+            self.sides = None
 
     def close(self) -> None:
         """Release what :meth:`prepare` kept."""

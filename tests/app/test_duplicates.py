@@ -245,3 +245,53 @@ def test_the_inverted_file_over_the_codes_finds_the_same_groups(dup_world, monke
         assert summary(find_duplicates(idx)) == summary(every) and any(g.kind == "near" for g in every)
     finally:
         idx.close()
+
+
+def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slows_it(dup_world, monkeypatch, caplog):
+    """The cheap sides read once per run (retrieval.app.duplicate_sides) hold exactly what the check computes from
+    the stored features; when their temporary file cannot be reserved (a full disk), the run says so and finds
+    the same groups by reading the features again."""
+    import errno
+    import os
+
+    import numpy as np
+
+    from retrieval.app import duplicate_sides
+    from retrieval.app.duplicates import CHEAP_FEATURES, PairVerifier, _largest, find_duplicates
+    from retrieval.app.index import Index
+
+    idx = Index.open(dup_world["index"])
+    try:
+        searcher = idx.searcher()
+        ids = sorted(r["id"] for r in idx.catalog.snapshot()[1] if r["status"] == "indexed")
+        verifier = PairVerifier(searcher)
+        verifier.prepare(ids, threads=2, folder=idx.path)
+        assert not [p for p in os.listdir(idx.path) if p.startswith("duplicates-")]   # unnamed temporary file
+        kept = 0
+        for i in ids:
+            f = searcher.features_of(i)
+            assert verifier.sides.count(i) == len(f)
+            side = verifier.sides.side(i)
+            if len(f) <= CHEAP_FEATURES:
+                assert side is None
+                continue
+            want = verifier.verifier.described(_largest(f, CHEAP_FEATURES), roles=())
+            np.testing.assert_array_equal(side.frames, want.frames)
+            np.testing.assert_array_equal(side.descriptors, want.descriptors)
+            assert side.image_size == want.image_size
+            kept += 1
+        assert kept >= len(ids) // 2
+        verifier.close()
+        groups = find_duplicates(idx)
+
+        def full_disk(fd, offset, length):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(duplicate_sides.os, "posix_fallocate", full_disk, raising=False)
+        with caplog.at_level("WARNING", logger="retrieval.app.duplicates"):
+            again = find_duplicates(idx)
+        assert "cannot be kept for this run" in caplog.text and "No space left" in caplog.text
+        assert [(g.kind, sorted(im["id"] for im in g.images)) for g in again] == \
+            [(g.kind, sorted(im["id"] for im in g.images)) for g in groups]
+    finally:
+        idx.close()
