@@ -257,7 +257,8 @@ def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slow
     import numpy as np
 
     from retrieval.app import duplicate_sides
-    from retrieval.app.duplicates import CHEAP_FEATURES, PairVerifier, _largest, find_duplicates
+    from retrieval.app.duplicate_verifier import CHEAP_FEATURES, PairVerifier, _largest
+    from retrieval.app.duplicates import find_duplicates
     from retrieval.app.index import Index
 
     idx = Index.open(dup_world["index"])
