@@ -6,7 +6,7 @@ photos about 10 s on 2 cores). From there on, all against all grows with the squ
 100,000), so the codes are searched through an inverted file, as IVFADC's coarse quantiser does (Jegou et al. 2011,
 section IV.A, without the residual codes: the codes themselves are compared): the upright codes are cut into
 k-means cells (:func:`cell_count`), and each turned code of a photo is compared with the photos of its
-:data:`PROBES` nearest cells (a compiled loop, one photo per parallel iteration: 32 s at 100,000 photos). A pair is
+:data:`PROBES` nearest cells (a compiled loop, one photo per parallel iteration: 32-37 s at 100,000 photos). A pair is
 missed only when neither photo's turned codes probe the other's cell. A copy's code is nearly its original's
 (similarity above 0.9), so copies fall in one of the nearest cells; the share of a sample's exact candidates
 found is reported by ``retrieval bench duplicates`` (:func:`sampled_recall`; docs/benchmarks.md "Duplicates")."""
@@ -166,8 +166,8 @@ def sampled_recall(query_codes: np.ndarray, codes: np.ndarray, pairs, *, k: int,
                    sample: int = 2000, seed: int = 0) -> dict:
     """How many of the exact candidates :func:`candidate_pairs` returned through the inverted file: for a random
     sample of photos (``query_codes`` and ``codes`` the same photos), their ``k`` most similar photos with every
-    code compared, and the share of those pairs that ``pairs`` hold; ``{"sampled", "pairs", "recall",
-    "pairs_above", "recall_above"}`` (``_above``: pairs of similarity ``threshold`` or more)."""
+    code compared, and the share of those pairs that ``pairs`` hold; ``{"sampled", "sampled_pairs", "recall",
+    "sampled_pairs_above", "recall_above"}`` (``_above``: pairs of similarity ``threshold`` or more)."""
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(len(codes), min(sample, len(codes)), replace=False))
     found = {(a, b) for a, b, *_ in pairs}
@@ -183,5 +183,5 @@ def sampled_recall(query_codes: np.ndarray, codes: np.ndarray, pairs, *, k: int,
                 total, hit = total + 1, hit + ok
                 if best[r, j] >= threshold:
                     total_above, hit_above = total_above + 1, hit_above + ok
-    return {"sampled": int(len(pick)), "pairs": total, "recall": hit / max(total, 1), "pairs_above": total_above,
-            "recall_above": hit_above / max(total_above, 1)}
+    return {"sampled": int(len(pick)), "sampled_pairs": total, "recall": hit / max(total, 1),
+            "sampled_pairs_above": total_above, "recall_above": hit_above / max(total_above, 1)}
