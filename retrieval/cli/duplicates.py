@@ -86,6 +86,7 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, 
 
     check_output_extension(html_path, (".html", ".htm"), "--html")
     idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
+    ctx.call_on_close(idx.close)        # every catalog connection closed when the command ends
     if undo_path:
         _undo(idx, undo_path, ctx)
         return
