@@ -59,21 +59,16 @@ class CodeCells:
             out[s:s + step, :p] = top[:, :p]
         return out[:, :p]
 
-    def members(self, cells) -> np.ndarray:
-        """Indices of the codes of ``cells``, cell by cell."""
-        parts = [self.perm[self.starts[c]:self.starts[c + 1]] for c in cells]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-
 
 def _exact_blocks(Q: np.ndarray, C: np.ndarray):
-    """``(rows, S, cols)``: blocks of query rows against every code (``cols`` None: all)."""
+    """``(rows, S)``: blocks of query rows and their similarities (rows, T, m) to every code."""
     n, T, _ = Q.shape
     Ct = np.ascontiguousarray(C.T)
     block = max(1, BLOCK_VALUES // max(1, T * len(C)))
     for s in range(0, n, block):
         q = Q[s:s + block]
         S = np.einsum("ntd,dm->ntm", q, Ct, optimize=True) if T > 1 else (q[:, 0] @ Ct)[:, None]
-        yield np.arange(s, s + len(q)), S, None
+        yield np.arange(s, s + len(q)), S
 
 
 def _cell_top(Q: np.ndarray, C: np.ndarray, cells: CodeCells, probes: int, k: int, exclude_self: bool):
@@ -115,7 +110,7 @@ def candidate_pairs(query_codes: np.ndarray, codes: np.ndarray, *, k: int, thres
     """
     out: dict = {}
     if cells is None:
-        for rows, S, _ in _exact_blocks(query_codes, codes):
+        for rows, S in _exact_blocks(query_codes, codes):
             best_turn = S.argmax(axis=1)
             best = np.take_along_axis(S, best_turn[:, None, :], axis=1)[:, 0]
             if exclude_self:

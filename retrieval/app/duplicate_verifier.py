@@ -109,8 +109,9 @@ class PairVerifier:
 
         if key is None:
             return len(features() if callable(features) else features)
-        if self.sides is not None and self.sides.count(key) is not None:
-            return self.sides.count(key)
+        kept = None if self.sides is None else self.sides.count(key)
+        if kept is not None:
+            return kept
         return cached(self.cache, ("n", key), lambda: len(features() if callable(features) else features),
                       lambda v: 32)
 
@@ -172,11 +173,9 @@ class PairVerifier:
 
     def _full_check(self, ka, kb, sa, sb, turn: int):
         """The check of two full sides: placed in the match cells first when the pair is large enough for the
-        probed ratio test (:meth:`Verifier.probed <retrieval.rerank.verifier.Verifier.probed>`), so that a pair
-        matched exactly pays no placement."""
-        from retrieval.rerank.cells import EXACT_BELOW
-
-        if self.verifier.cells is not None and len(sa[1].descriptors) * len(sb[1].descriptors) >= EXACT_BELOW:
+        probed ratio test (:meth:`Verifier.probes_pair <retrieval.rerank.verifier.Verifier.probes_pair>`), so that
+        a pair matched exactly pays no placement."""
+        if self.verifier.probes_pair(len(sa[1].descriptors), len(sb[1].descriptors)):
             sa, sb = self._placed(ka, turn, sa, "query"), self._placed(kb, 0, sb, "database")
         return self._check(sa, sb)
 

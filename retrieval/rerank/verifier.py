@@ -122,6 +122,12 @@ class Verifier:
         return cached(cache, ("described", int(image_id)),
                       lambda: self.described(get_features(int(image_id)), roles=("database",)), lambda v: v.nbytes)
 
+    def probes_pair(self, n_query: int, n_db: int) -> bool:
+        """Whether a pair of ``n_query`` and ``n_db`` described features is large enough for the probed test (this
+        verifier has match cells and the pair at least :data:`EXACT_BELOW` comparisons): only then do its sides need
+        a place in the cells."""
+        return self.cells is not None and int(n_query) * int(n_db) >= EXACT_BELOW
+
     @staticmethod
     def probed(query: Described, db: Described) -> bool:
         """Whether the pair is matched by the probed test (both sides placed, at least :data:`EXACT_BELOW`

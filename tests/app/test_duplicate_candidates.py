@@ -65,8 +65,10 @@ def test_the_inverted_file_only_from_the_size_limit():
     assert search_cells(C) is None and EXACT_BELOW > 300
     cells = search_cells(C, exact_below=100)
     assert cells is not None and len(cells.centres) == cell_count(300)
-    assert sorted(np.concatenate([cells.members([c]) for c in range(len(cells.centres))]).tolist()) == \
-        list(range(300))
+    assert sorted(cells.perm.tolist()) == list(range(300))                   # every code in one cell
+    assert cells.starts[0] == 0 and cells.starts[-1] == 300
+    for c in range(len(cells.centres)):
+        assert (cells.assign[cells.perm[cells.starts[c]:cells.starts[c + 1]]] == c).all()
 
 
 @pytest.mark.parametrize("n,expected", [(16, 2), (1000, 125), (100_000, 1265), (1_000_000, 4000)])
