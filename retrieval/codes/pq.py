@@ -14,11 +14,8 @@ uint16 otherwise (one sub-code per column, not bit-packed: see docs/differences.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from retrieval.codes.scan import lut_scan_topk
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
-from retrieval.core.kmeans import kmeans
 from retrieval.core.nearest import nearest_centers
 from retrieval.core.persistence import PersistableMixin
 
@@ -107,6 +104,8 @@ class ProductQuantizer(PersistableMixin):
         ksub = 1 << self.nbits
         if n < ksub:
             raise ValueError(f"ProductQuantizer with nbits={self.nbits} needs at least {ksub} training vectors; got {n}.")
+        from retrieval.core.kmeans import kmeans  # training only (numba)
+
         rng = check_random_state(self.random_state)
         dsub = d // self.M
         books = np.empty((self.M, ksub, dsub), dtype=np.float32)
@@ -189,8 +188,10 @@ class ProductQuantizer(PersistableMixin):
     def compute_inner_product_tables(self, x) -> np.ndarray:
         """Tables of ``<x_q^m, c_{m,j}>`` (for similarity search), shape (nq, M, ksub), float32."""
         x = self._check_X(x, "x")
+        from retrieval.codes._pq_kernels import tables_kernel
+
         out = np.empty((x.shape[0], self.M, self.ksub_), dtype=np.float32)
-        _tables_kernel(np.ascontiguousarray(x), self.codebooks_, out, False)
+        tables_kernel(np.ascontiguousarray(x), self.codebooks_, out, False)
         return out
 
     @property
@@ -254,6 +255,8 @@ class ProductQuantizer(PersistableMixin):
             qc = self.encode(x).astype(np.intp)
             sdc = self.sdc_table_
             tables = sdc[np.arange(self.M)[None, :], qc]  # (nq, M, ksub)
+        from retrieval.codes.scan import lut_scan_topk
+
         return lut_scan_topk(tables, self.codes_, k, threads=threads)
 
     def _set_extra_state(self, attributes, arrays):
@@ -265,27 +268,9 @@ def _l2_tables(x: np.ndarray, codebooks: np.ndarray) -> np.ndarray:
 
     x (nq, d) float32, codebooks (M, ksub, dsub) float32 -> (nq, M, ksub) float32.
     """
+    from retrieval.codes._pq_kernels import tables_kernel
+
     M, ksub, dsub = codebooks.shape
     out = np.empty((x.shape[0], M, ksub), dtype=np.float32)
-    _tables_kernel(np.ascontiguousarray(x), np.ascontiguousarray(codebooks), out, True)
+    tables_kernel(np.ascontiguousarray(x), np.ascontiguousarray(codebooks), out, True)
     return out
-
-
-@njit(cache=True, nogil=True)
-def _tables_kernel(x, codebooks, out, l2):
-    """out[q, m, j] = ||x_q^m - c_{m,j}||^2 (l2) or <x_q^m, c_{m,j}>; x (nq, d), codebooks (M, ksub, dsub)."""
-    M, ksub, dsub = codebooks.shape
-    for q in range(x.shape[0]):
-        for m in range(M):
-            xm = x[q, m * dsub:(m + 1) * dsub]
-            for j in range(ksub):
-                c = codebooks[m, j]
-                s = np.float32(0.0)
-                if l2:
-                    for t in range(dsub):
-                        u = xm[t] - c[t]
-                        s += u * u
-                else:
-                    for t in range(dsub):
-                        s += xm[t] * c[t]
-                out[q, m, j] = s

@@ -66,7 +66,10 @@ def ivf_scan(q0, q1, k, probes, coarse, term3, term2, x, centroids, codebooks, c
 
 @njit(cache=True, nogil=True)
 def coarse_topk(dots, cnorms, xnorms, outD, outI):
-    """nprobe smallest ``||x||^2 + ||c||^2 - 2 <x, c>`` per row of dots (nq, nlist); ascending, -1/inf padded."""
+    """nprobe smallest ``||x||^2 + ||c||^2 - 2 <x, c>`` per row of dots (nq, nlist); ascending, -1/inf padded.
+
+    The lists are ranked by ``float32(||c||^2 - 2 <x, c>)`` (computed in float64, then rounded) and the list
+    number, the order :func:`retrieval.search._ivfadc_numpy.coarse_topk_one` also uses."""
     nq, nlist = dots.shape
     p = outD.shape[1]
     for q in range(nq):
@@ -76,7 +79,7 @@ def coarse_topk(dots, cnorms, xnorms, outD, outI):
         hi[:] = -1
         thr = hd[0]
         for c in range(nlist):
-            v = cnorms[c] - 2 * dots[q, c]
+            v = np.float32(np.float64(cnorms[c]) - 2.0 * np.float64(dots[q, c]))
             if v < thr:
                 _sift_down(hd, hi, p, 0, v, c)
                 thr = hd[0]

@@ -26,9 +26,9 @@ import numpy as np
 
 from retrieval.codes.pq import ProductQuantizer
 from retrieval.core.checks import check_array, check_choice, check_is_fitted, check_random_state, check_scalar
-from retrieval.core.kmeans import kmeans
+from retrieval.core.compiled import numba_loaded
 from retrieval.core.nearest import nearest_centers, sq_norms
-from retrieval.search._ivfadc_kernels import coarse_topk, ivf_scan
+from retrieval.search import _ivfadc_numpy
 from retrieval.search.index_io import load_ivfadc_parts, save_ivfadc
 from retrieval.search.ivf_lists import InvertedLists
 
@@ -138,6 +138,8 @@ class IVFADC(InvertedLists):
         if X.shape[0] < self.nlist:
             raise ValueError(f"IVFADC with nlist={self.nlist} needs at least {self.nlist} training vectors; "
                              f"got {X.shape[0]}.")
+        from retrieval.core.kmeans import kmeans  # training only (numba)
+
         rng = check_random_state(self.random_state)
         self.centroids_ = kmeans(X, self.nlist, n_iter=self.n_iter,
                                  max_points_per_centroid=self.max_points_per_centroid, rng=rng)
@@ -248,9 +250,16 @@ class IVFADC(InvertedLists):
         if getattr(self, "_cnorms", None) is None:
             self._cnorms = sq_norms(self.centroids_)
         dots = x @ self.centroids_.T
+        xnorms = (x ** 2).sum(1, dtype=np.float32)
+        if nq == 1 and not numba_loaded():
+            v = (self._cnorms.astype(np.float64) - 2.0 * dots[0].astype(np.float64)).astype(np.float32)
+            d, lists = _ivfadc_numpy.coarse_topk_one(v, xnorms[0], nprobe)
+            return d[None], lists[None]
+        from retrieval.search._ivfadc_kernels import coarse_topk
+
         dist = np.empty((nq, nprobe), dtype=np.float32)
         lists = np.empty((nq, nprobe), dtype=np.int64)
-        coarse_topk(dots, self._cnorms, (x ** 2).sum(1, dtype=np.float32), dist, lists)
+        coarse_topk(dots, self._cnorms, xnorms, dist, lists)
         return dist, lists
 
     def search(self, x, k: int = 10, *, nprobe: int | None = None, rerank: int = 0, threads: int = 1
@@ -294,6 +303,35 @@ class IVFADC(InvertedLists):
         M, ksub, _ = books.shape
         term2 = self._precomputed_term2() if pre else np.empty((0, M, ksub), dtype=np.float32)
         ids = self.ids_ if self.n_removed_ else np.empty(0, dtype=np.int64)
+        if nq == 1 and not numba_loaded():
+            self._search_one(x, nprobe, pre, term2, ids, D, P)
+        else:
+            self._search_compiled(x, nprobe, pre, term2, ids, D, P, threads)
+        if rerank:
+            D, P = self._rerank(x, D, P, k)
+        labels = np.where(P >= 0, self.ids_[np.maximum(P, 0)], -1)
+        return D, labels
+
+    def _search_one(self, x, nprobe, pre, term2, ids, D, P) -> None:
+        """One query's scan in NumPy (a process that has not loaded numba): the rows and distances of
+        :meth:`_search_compiled`, bit for bit (:mod:`retrieval.search._ivfadc_numpy`)."""
+        xq = np.ascontiguousarray(x[0], dtype=np.float32)
+        cd, lists = self.coarse_search(xq[None], nprobe)
+        books = self.pq_.codebooks_
+        term3 = None
+        if pre:
+            term3 = _ivfadc_numpy.tables_one(xq, books, False)
+            term3 *= -2
+        D[0], P[0] = _ivfadc_numpy.ivf_scan_one(D.shape[1], lists[0], cd[0], term3, term2 if pre else None, xq,
+                                                self.centroids_, books, self.codes_, ids, self.offsets_)
+
+    def _search_compiled(self, x, nprobe, pre, term2, ids, D, P, threads) -> None:
+        """The compiled scan of the probed lists, query blocks of 256 over ``threads`` threads."""
+        from retrieval.search._ivfadc_kernels import ivf_scan
+
+        nq = x.shape[0]
+        books = self.pq_.codebooks_
+        M, ksub, _ = books.shape
         codes = self.codes_
         offsets = np.ascontiguousarray(self.offsets_)
         for a in range(0, nq, _QUERY_BLOCK):
@@ -305,7 +343,7 @@ class IVFADC(InvertedLists):
             else:
                 term3 = np.empty((0, M, ksub), dtype=np.float32)
             Db, Pb = D[a:a + _QUERY_BLOCK], P[a:a + _QUERY_BLOCK]
-            args = (kk, lists, cd, term3, term2, xb, self.centroids_, books, codes, ids, offsets, Db, Pb)
+            args = (D.shape[1], lists, cd, term3, term2, xb, self.centroids_, books, codes, ids, offsets, Db, Pb)
             nb = xb.shape[0]
             if threads == 1 or nb < 2:
                 ivf_scan(0, nb, *args)
@@ -316,10 +354,6 @@ class IVFADC(InvertedLists):
                             for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
                     for f in futs:
                         f.result()
-        if rerank:
-            D, P = self._rerank(x, D, P, k)
-        labels = np.where(P >= 0, self.ids_[np.maximum(P, 0)], -1)
-        return D, labels
 
     def _rerank(self, x, D, P, k):
         """Re-rank candidate rows P (nq, R) by exact (stored vectors) or refined distances; keep k."""

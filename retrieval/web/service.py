@@ -151,12 +151,14 @@ class Service:
         return self.index
 
     def warm_up(self) -> None:
-        """Load the model and the published generation, and run one search (compiles what is compiled on first
-        use), so that the first request is not the slow one."""
+        """Load the model and the published generation, and run two searches (a process's first search runs
+        without the compiled kernels, its second loads them: :mod:`retrieval.app.searcher`), so that no request
+        is the slow one."""
         idx = self.index
         page = idx.catalog.page(limit=1)
         first = page.rows[0] if page.rows else None
         if page.generation and first is not None:
+            idx.search(first["id"], k=1)
             idx.search(first["id"], k=1)
 
     def close(self) -> None:

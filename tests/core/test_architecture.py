@@ -3,6 +3,7 @@ with nothing but ``__init__`` and the version, modules of at most 500 lines, and
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -71,3 +72,25 @@ def test_citations_resolvable_and_no_internal_labels(pattern):
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in _text_files()
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if rx.search(line)]
     assert hits == []
+
+
+def test_a_new_query_process_loads_no_numba_until_its_second_search(cli_world):
+    """`retrieval query` in a new process (extraction, encoding, search) answers without loading numba, whose
+    start-up (about half a second) would otherwise be most of a first answer's fixed cost; the process's second
+    search loads the compiled search kernels (retrieval.app.searcher) and ranks alike."""
+    photo = cli_world["pool"][0]
+    code = ("import sys, json\nfrom retrieval.cli.main import main\nfrom retrieval.app.index import Index\n"
+            f"main(['query', {str(photo)!r}, '--index', {cli_world['index']!r}, '--format', 'json'], "
+            "standalone_mode=False)\n"
+            "print('numba' in sys.modules, file=sys.stderr)\n"
+            f"hits = Index.open({cli_world['index']!r}).search({str(photo)!r})\n"
+            "print('numba' in sys.modules, 'retrieval.search._ivfadc_kernels' in sys.modules, file=sys.stderr)\n"
+            "print(json.dumps([[h.id, round(h.score, 6)] for h in hits]), file=sys.stderr)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    first = json.loads(res.stdout)
+    lines = res.stderr.strip().splitlines()
+    assert lines[-3] == "False", "the first search of a process imported numba"
+    assert lines[-2] == "True True", "the second search of a process did not load the compiled kernels"
+    second = json.loads(lines[-1])
+    assert [[h["id"], h["score"]] for h in first] == second
