@@ -6,17 +6,21 @@ Ranking uses ``||c||^2 - 2 <x, c>`` (the row's own ``||x||^2`` cannot change the
 ``||x||^2`` back and is clipped at 0. Squared norms are summed in float64 and stored in float32. Memory is bounded:
 distances are computed for blocks of at most ``block_elements`` (rows x centres) floats, centres blocked too when K
 is large. Rows of at most 32 dimensions (PQ sub-spaces) take one fused compiled pass instead (same ranking
-rule, accumulated in float32).
+rule, accumulated in float32); a few such rows in a process that has not loaded numba (encoding one added photo)
+take the same float32 operations in NumPy, with the same results bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from retrieval.core.compiled import numba_loaded
+
 __all__ = ["k_nearest_centers", "nearest_centers", "sq_norms", "squared_distances"]
 
 _BLOCK_ELEMENTS = 1 << 22       # 16 MiB of float32 distances per block
 _SMALL_D = 32                   # d <= 32 (PQ sub-spaces): the fused compiled pass of _nearest_small
+_FEW_ROWS = 64                  # ... or, for at most this many rows without numba loaded, _nearest_small_numpy
 
 
 def sq_norms(A) -> np.ndarray:
@@ -76,6 +80,8 @@ def nearest_centers(X, C, c_sq=None, *, block_elements: int = _BLOCK_ELEMENTS):
     """
     X, C, c_sq = _prepare(X, C, c_sq)
     n, K = X.shape[0], C.shape[0]
+    if X.shape[1] <= _SMALL_D and n <= _FEW_ROWS and not numba_loaded():
+        return _nearest_small_numpy(X, np.ascontiguousarray(C.T), c_sq)
     if X.shape[1] <= _SMALL_D:
         from retrieval.core._nearest_small import nearest_small  # numba: compiled on first use
 
@@ -105,6 +111,21 @@ def nearest_centers(X, C, c_sq=None, *, block_elements: int = _BLOCK_ELEMENTS):
         labels[a:a + rb] = arg
         dist[a:a + rb] = np.maximum(best + sq_norms(xb), 0.0)
     return labels, dist
+
+
+def _nearest_small_numpy(X, Ct, c_sq):
+    """:func:`retrieval.core._nearest_small.nearest_small` in NumPy for a few rows: the same float32 operations in
+    the same order (``||c||^2`` then ``-2 x_t c_t`` added coordinate by coordinate), ties to the lowest index."""
+    n, d = X.shape
+    buf = np.repeat(c_sq[None, :], n, axis=0)
+    xn = np.zeros(n, np.float32)
+    for t in range(d):
+        v = X[:, t]
+        xn += v * v
+        buf += (np.float32(-2.0) * v)[:, None] * Ct[t][None, :]
+    labels = np.argmin(buf, axis=1).astype(np.int64)
+    best = buf[np.arange(n), labels]
+    return labels, np.maximum(best + xn, np.float32(0.0))
 
 
 def k_nearest_centers(X, C, r: int, c_sq=None, *, block_elements: int = _BLOCK_ELEMENTS):
