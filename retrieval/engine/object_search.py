@@ -348,7 +348,7 @@ class ObjectSearcher:
                      exclude=excl, n_verify=DEFAULT_VERIFY_TOP if verify_top is None else int(verify_top),
                      verifier=verifier, described=verifier.side(q_frames, q_desc if verifier.describe is None else
                                                                 np.asarray(verifier.describe(q_desc), np.float32),
-                                                                query_features.image_size, roles=("query",)),
+                                                                query_features.image_size, roles=()),
                      cache=cache, threads=int(threads))
         if method == "asmk":
             return AsmkScorer(self, float(alpha)).search(rnd, q_desc, n_qe)

@@ -157,9 +157,15 @@ class Verifier:
                    cache: BytesLRU | None = None, threads: int = 1) -> list[Outcome]:
         """:meth:`check` of ``query`` against each of ``image_ids``, side by side on ``threads`` threads of the
         shared pool (the ratio test's products release the GIL); same outcomes in the same order whatever
-        ``threads``."""
-        return parallel_map(lambda i: self.check(query, self.database(i, get_features, cache), query_box),
-                            [int(i) for i in image_ids], threads)
+        ``threads``. A query not yet placed in the match cells is placed once, when one of the pairs is large
+        enough for the probed test (:meth:`probes_pair`): pairs of thumbnails never need it, and then load no
+        compiled kernel."""
+        ids = [int(i) for i in image_ids]
+        dbs = parallel_map(lambda i: self.database(i, get_features, cache), ids, threads)
+        if self.cells is not None and query.probes is None and \
+                any(self.probes_pair(len(query.descriptors), len(db.descriptors)) for db in dbs):
+            query = self.side(query.frames, query.descriptors, query.image_size, roles=("query",))
+        return parallel_map(lambda db: self.check(query, db, query_box), dbs, threads)
 
     def rerank(self, hits: list, query_features, query_box, get_features: Callable, *, shortlist: int,
                cache: BytesLRU | None = None, threads: int = 1, patience: int = 0) -> list:
@@ -173,7 +179,7 @@ class Verifier:
         verified beyond it in the last batch are set back, so the result does not depend on ``threads``."""
         if len(query_features) == 0 or not hits:
             return hits
-        query = self.described(query_features, roles=("query",))
+        query = self.described(query_features, roles=())   # placed in the cells by check_many, if a pair needs it
         head, tail = hits[:shortlist], hits[shortlist:]
         if patience <= 0:
             outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,

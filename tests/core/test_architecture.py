@@ -75,15 +75,18 @@ def test_citations_resolvable_and_no_internal_labels(pattern):
 
 
 def test_a_new_query_process_loads_no_numba_until_its_second_search(cli_world):
-    """`retrieval query` in a new process (extraction, encoding, search) answers without loading numba, whose
+    """`retrieval query` in a new process (extraction, encoding, search, the spatial verification of thumbnails)
+    answers without loading numba, whose
     start-up (about half a second) would otherwise be most of a first answer's fixed cost; the process's second
     search loads the compiled search kernels (retrieval.app.searcher) and ranks alike."""
     photo = cli_world["pool"][0]
+    assert (Path(cli_world["index"]) / "model" / "match_cells.npz").exists()   # the verifier has match cells
     code = ("import sys, json\nfrom retrieval.cli.main import main\nfrom retrieval.app.index import Index\n"
-            f"main(['query', {str(photo)!r}, '--index', {cli_world['index']!r}, '--format', 'json'], "
-            "standalone_mode=False)\n"
+            f"main(['query', {str(photo)!r}, '--index', {cli_world['index']!r}, '--format', 'json', "
+            "'--rerank', 'spatial', '--qe', '1'], standalone_mode=False)\n"
             "print('numba' in sys.modules, file=sys.stderr)\n"
-            f"hits = Index.open({cli_world['index']!r}).search({str(photo)!r})\n"
+            f"hits = Index.open({cli_world['index']!r}).search({str(photo)!r}, rerank='spatial', "
+            "query_expansion=1)\n"
             "print('numba' in sys.modules, 'retrieval.search._ivfadc_kernels' in sys.modules, file=sys.stderr)\n"
             "print(json.dumps([[h.id, round(h.score, 6)] for h in hits]), file=sys.stderr)\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

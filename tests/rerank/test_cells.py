@@ -167,3 +167,35 @@ def test_the_same_outcomes_from_several_threads(real_pairs, cells):
     one = run(1)
     assert any(v for v, _, _ in one)
     assert run(4) == one
+
+
+def test_a_query_is_placed_in_the_cells_only_when_a_pair_needs_it(real_pairs, cells, monkeypatch):
+    """check_many places an unplaced query once, when some pair is large enough for the probed test: the outcomes
+    are those of a query placed beforehand; pairs of small images never place it (no compiled kernel loaded)."""
+    from retrieval.features.types import LocalFeatures
+    from retrieval.rerank.cells import EXACT_BELOW
+
+    fast = Verifier(cells=cells)
+    box = (0.0, 0.0, 1e5, 1e5)
+    fa = real_pairs[0][0]
+    dbs = dict(enumerate(f for pair in real_pairs for f in pair))
+    placed = fast.described(fa)
+    unplaced = fast.described(fa, roles=())
+    assert placed.probes is not None and unplaced.probes is None
+    calls = []
+    real_place = MatchCells.place_query
+    monkeypatch.setattr(MatchCells, "place_query", lambda self, d: calls.append(len(d)) or real_place(self, d))
+
+    def outcomes(query, features):
+        out = fast.check_many(query, sorted(features), box, features.__getitem__, threads=2)
+        return [(o.verified, o.inliers, o.matches.tobytes()) for o in out]
+
+    assert outcomes(unplaced, dbs) == outcomes(placed, dbs)
+    assert calls == [len(fa)]   # once for the whole list
+    n = int(EXACT_BELOW ** 0.5) // 2
+    small = {i: LocalFeatures(f.frames[:n], f.descriptors[:n], f.image_size, f.config) for i, f in dbs.items()}
+    q_small = fast.described(small[0], roles=())
+    calls.clear()
+    got = outcomes(q_small, small)
+    assert calls == []
+    assert got == outcomes(fast.described(small[0]), small)
