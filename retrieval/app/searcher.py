@@ -159,8 +159,8 @@ class Searcher:
         verified flag, inliers and box as that image gets in ``query``'s ranked list."""
         verifier = self.verifier
         features_b = self.features_of(image_id)   # read once: described (or taken from the cache) and returned
-        db = verifier.database(image_id, lambda _: features_b, self.cache)
-        outcome = verifier.check(verifier.described(query.features), db, query.box)
+        outcome = verifier.check_many(verifier.query_side(query.features), [image_id], query.box,
+                                      lambda _: features_b, cache=self.cache)[0]
         return Match(outcome, query, features_b)
 
 

@@ -66,10 +66,13 @@ def unrelated_pairs(groups, n: int, random_state: int = 0) -> np.ndarray:
     return np.stack([i[sel], j[sel]], axis=1)
 
 
-def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None, cells=None) -> dict:
-    """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair; with ``cells`` (a
-    :class:`~retrieval.rerank.cells.MatchCells` of the RootSIFT space), the matches of pairs of at least
-    :data:`~retrieval.rerank.cells.EXACT_BELOW` comparisons are those of the probed test, as the verifier makes them.
+def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None, cells=None,
+                  query_features: int = 0) -> dict:
+    """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair (query image, database image); with
+    ``cells`` (a :class:`~retrieval.rerank.cells.MatchCells` of the RootSIFT space), the matches of pairs of at least
+    :data:`~retrieval.rerank.cells.EXACT_BELOW` comparisons are those of the probed test, as the verifier makes them;
+    ``query_features`` > 0: the query side keeps its largest features, as the presets'
+    ``search.verify_query_features`` makes it.
 
     Returns
     -------
@@ -77,27 +80,35 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
     ``evidence`` (``inliers`` when the model is sane and spread, else 0), ``seconds`` (verification only),
     ``probed`` (1 for a pair matched by the probed test).
     """
+    from retrieval.features.frames import largest
     from retrieval.rerank.verifier import Verifier
 
     params = {**(verify_params or {}), "min_inliers": 1}
     matcher = Verifier(ratio=ratio, cells=cells)    # the verifier's matching (RootSIFT; probed with cells)
-    sides = {}
+    queries, databases = {}, {}
 
-    def side(i):
-        if i not in sides:
-            sides[i] = matcher.described(features[i])
-        return sides[i]
+    def query(i):
+        if i not in queries:
+            f = largest(features[i], query_features)
+            queries[i] = (f, matcher.described(f, roles=("query",)))
+        return queries[i]
+
+    def database(i):
+        if i not in databases:
+            databases[i] = matcher.described(features[i], roles=("database",))
+        return databases[i]
 
     def matches(a, b):
         if not (len(features[a]) and len(features[b])):
             return np.zeros((0, 2), np.int64), False
-        return matcher.matches(side(a), side(b)), matcher.probed(side(a), side(b))
+        qa, db = query(a)[1], database(b)
+        return matcher.matches(qa, db), matcher.probed(qa, db)
 
     p = len(pairs)
     out = {k: np.zeros(p, np.int64) for k in ("tentative", "inliers", "evidence", "probed")}
     out["seconds"] = np.zeros(p)
     for n, (a, b) in enumerate(pairs):
-        fa, fb = features[a], features[b]
+        fa, fb = query(a)[0], features[b]
         m, out["probed"][n] = matches(a, b)
         t0 = time.perf_counter()
         v = verify(fa.frames, fb.frames, m, **params)
@@ -181,11 +192,12 @@ def shortlist_speed(features, groups, *, n_queries: int = 20, shortlist: int = 5
 
 def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, random_state: int = 0,
                  ratio: float = 0.85, thresholds=range(4, 21), min_inliers: int = DEFAULT_MIN_INLIERS,
-                 speed_queries: int = 20, progress=None, match_cells: bool = False) -> dict:
+                 speed_queries: int = 20, progress=None, match_cells: bool = False, query_features: int = 0) -> dict:
     """False- and true-verification rates on UKBench and Holidays, the trade-off over ``thresholds`` and the
     shortlist speed (see the module doc). ``n_unrelated`` unrelated pairs in all, half from each set.
     ``match_cells``: tentative matches as a verifier with match cells makes them (cells learnt on 200,000 RootSIFT
-    descriptors of both sets, as an object preset learns them on its collection).
+    descriptors of both sets, as an object preset learns them on its collection). ``query_features``: the query
+    side of each pair keeps its largest features (the presets' ``search.verify_query_features``; 0: all).
 
     Features: the ``features`` section of the ``default`` preset (Hessian-affine, ``max_side`` 1024), read from
     or written to ``store`` (a :class:`FeatureStore`).
@@ -196,7 +208,8 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
     """
     extractor = FeatureExtractor("hesaff", max_side=1024)
     sets = {"ukbench": ukbench_groups(ukbench), "holidays": holidays_groups(holidays)}
-    out = {"ratio": ratio, "min_inliers": int(min_inliers), "random_state": int(random_state), "sets": {}}
+    out = {"ratio": ratio, "min_inliers": int(min_inliers), "random_state": int(random_state),
+           "query_features": int(query_features), "sets": {}}
     all_u, all_t = [], []
     feats_of = {name: [store.get_or_extract(p, extractor) if store is not None else extractor(p) for p in paths]
                 for name, (paths, _) in sets.items()}
@@ -211,8 +224,8 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
         n = n_unrelated // 2 + (n_unrelated % 2 if k == 0 else 0)
         pu = unrelated_pairs(groups, n, random_state + k)
         pt = true_pairs(groups)
-        eu = pair_evidence(feats, pu, ratio=ratio, progress=progress, cells=cells)
-        et = pair_evidence(feats, pt, ratio=ratio, progress=progress, cells=cells)
+        eu = pair_evidence(feats, pu, ratio=ratio, progress=progress, cells=cells, query_features=query_features)
+        et = pair_evidence(feats, pt, ratio=ratio, progress=progress, cells=cells, query_features=query_features)
         all_u.append(eu["evidence"])
         all_t.append(et["evidence"])
         worst = np.argsort(-eu["evidence"])[:5]

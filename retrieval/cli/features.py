@@ -317,9 +317,13 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
 @click.option("--match-cells", is_flag=True,
               help="Tentative matches as a verifier with match cells makes them (the probed ratio test for pairs of "
                    "at least 1,000,000 descriptor comparisons; cells learnt on both sets).")
+@click.option("--query-features", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The query side of each pair keeps its N largest features, as the presets' "
+                   "search.verify_query_features (1000) makes it; 0: all.")
 @json_option()
 @click.pass_context
-def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, match_cells, as_json):
+def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, match_cells,
+                     query_features, as_json):
     """Geometric verification: false- and true-verification rates on real pairs, trade-off table, speed."""
     from retrieval.bench.verify import bench_verify
     from retrieval.core.progress import callback_for, progress_bar
@@ -328,7 +332,7 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
     with progress_bar(None, "pairs", enabled=not (ctx.obj or {}).get("quiet")) as bar:
         res = bench_verify(ukbench, holidays, store=FeatureStore(feature_store) if feature_store else None,
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
-                           progress=callback_for(bar), match_cells=match_cells)
+                           progress=callback_for(bar), match_cells=match_cells, query_features=query_features)
     if as_json:
         click.echo(json.dumps(res, ensure_ascii=False))
         return

@@ -152,7 +152,8 @@ class GlobalBackend(Backend):
         ``search.ratio`` and ``search.min_inliers``."""
         s = self.config.search
         return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
-                        cells=with_probes(self.encoder.match_cells, s.match_probes))
+                        cells=with_probes(self.encoder.match_cells, s.match_probes),
+                        query_features=s.verify_query_features)
 
     def first_stage(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         """The first stage's top ``k`` for the vector ``q`` (``options``: the stage's own, and ``reference``, the

@@ -160,7 +160,8 @@ class ObjectBackend(Backend):
         """RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
         ``search.ratio`` and ``object_search.min_inliers``."""
         s = self.config.search
-        return self.searcher.verifier(ratio=s.ratio, cells=with_probes(self.cells, s.match_probes))
+        return self.searcher.verifier(ratio=s.ratio, cells=with_probes(self.cells, s.match_probes),
+                                      query_features=s.verify_query_features)
 
     def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
                shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:

@@ -38,6 +38,7 @@ from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
 from retrieval.engine.object_scores import bow_dissimilarity, word_matches
 from retrieval.features.frames import parse_box, select_in_box
 from retrieval.features.rootsift import root_sift
+from retrieval.features.types import LocalFeatures
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
 from retrieval.rerank.verifier import Verifier
@@ -267,12 +268,13 @@ class ObjectSearcher:
             out[n] = bow_dissimilarity(qw, qtf, tw, ttf, idf, method, weight)   # ttf as stored in the postings
         return out
 
-    def verifier(self, ratio: float = DEFAULT_RATIO, cells=None) -> Verifier:
+    def verifier(self, ratio: float = DEFAULT_RATIO, cells=None, query_features: int = 0) -> Verifier:
         """The verification of this searcher's spatial re-ranking with stored features: RootSIFT (or the raw
         descriptors, ``rootsift=False``) ratio-test matches, ``min_inliers`` one-to-one inliers; ``cells``: the
         model's :class:`~retrieval.rerank.cells.MatchCells` (None: the exact ratio test)."""
         return Verifier(ratio=ratio, min_inliers=self.min_inliers,
-                        describe=None if self.rootsift else (lambda d: np.asarray(d, np.float32)), cells=cells)
+                        describe=None if self.rootsift else (lambda d: np.asarray(d, np.float32)), cells=cells,
+                        query_features=query_features)
 
     def _word_outcome(self, rnd: Round, i: int):
         """Verification of database image ``i`` on visual-word correspondences (no stored features): ``(inliers,
@@ -346,9 +348,8 @@ class ObjectSearcher:
         verifier = verifier or self.verifier()
         rnd = Round(q=(q_frames, q_desc, None), box=box, k=k, rerank=rerank, get_features=get_features,
                      exclude=excl, n_verify=DEFAULT_VERIFY_TOP if verify_top is None else int(verify_top),
-                     verifier=verifier, described=verifier.side(q_frames, q_desc if verifier.describe is None else
-                                                                np.asarray(verifier.describe(q_desc), np.float32),
-                                                                query_features.image_size, roles=()),
+                     verifier=verifier, described=verifier.query_side(LocalFeatures(q_frames, q_desc,
+                                                                                  query_features.image_size)),
                      cache=cache, threads=int(threads))
         if method == "asmk":
             return AsmkScorer(self, float(alpha)).search(rnd, q_desc, n_qe)

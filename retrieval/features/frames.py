@@ -80,3 +80,15 @@ def frame_scales(frames) -> np.ndarray:
     """Geometric-mean radius ``sqrt(|det A|)`` of each frame, ndarray of shape (n,), float64."""
     f = np.asarray(frames, dtype=np.float64).reshape(-1, 6)
     return np.sqrt(np.abs(f[:, 2] * f[:, 5] - f[:, 3] * f[:, 4]))
+
+
+def largest(features: LocalFeatures, n: int) -> LocalFeatures:
+    """The ``n`` features of largest scale (``|det A|``), in their order; all of them when there are at most ``n``
+    (or ``n`` is 0)."""
+    if n <= 0 or len(features) <= n:
+        return features
+    f = np.asarray(features.frames, np.float64)
+    scale = np.abs(f[:, 2] * f[:, 5] - f[:, 3] * f[:, 4])
+    keep = np.sort(np.argsort(-scale, kind="stable")[:n])
+    return subset(features, keep)
+

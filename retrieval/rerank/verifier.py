@@ -27,6 +27,7 @@ import numpy as np
 
 from retrieval.core.cache import BytesLRU, cached
 from retrieval.core.threads import parallel_map
+from retrieval.features.frames import largest
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.cells import EXACT_BELOW, MatchCells, probed_matches
@@ -89,12 +90,16 @@ class Verifier:
     min_inliers : int — one-to-one inliers for a verified pair (the presets' decision threshold)
     describe : callable(uint8 SIFT (n, 128)) -> float32 (n, d), or None for RootSIFT
     cells : :class:`MatchCells` of the described space, or None: the exact ratio test on every pair
+    query_features : int — at most this many of a query's features are matched, those of largest scale (0: all;
+        the presets' ``search.verify_query_features``); the database side keeps all of its features, so the ratio
+        test of each query feature is the same
     """
 
     ratio: float = 0.85
     min_inliers: int = DEFAULT_MIN_INLIERS
     describe: Callable | None = None
     cells: MatchCells | None = None
+    query_features: int = 0
 
     def described(self, features, roles=("query", "database")) -> Described:
         """The frames and compared descriptors of :class:`LocalFeatures`, placed in the match cells for ``roles``."""
@@ -106,6 +111,11 @@ class Verifier:
         else:
             desc = np.asarray(self.describe(features.descriptors), np.float32)
         return self.side(frames, desc, features.image_size, roles)
+
+    def query_side(self, features) -> Described:
+        """A query's side of its pairs: its :attr:`query_features` largest features, described; placed in the match
+        cells by :meth:`check_many` when a pair needs it."""
+        return self.described(largest(features, self.query_features), roles=())
 
     def side(self, frames, desc, image_size, roles=("query", "database")) -> Described:
         """One side of a pair from frames and descriptors already described, placed in the cells (when there are,
@@ -179,7 +189,7 @@ class Verifier:
         verified beyond it in the last batch are set back, so the result does not depend on ``threads``."""
         if len(query_features) == 0 or not hits:
             return hits
-        query = self.described(query_features, roles=())   # placed in the cells by check_many, if a pair needs it
+        query = self.query_side(query_features)
         head, tail = hits[:shortlist], hits[shortlist:]
         if patience <= 0:
             outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,

@@ -195,12 +195,12 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
         asked = []
         ntotal = 2
 
-        def verifier(self, ratio, cells=None):
-            return ("verifier", ratio)
+        def verifier(self, ratio, cells=None, query_features=0):
+            return ("verifier", ratio, query_features)
 
         def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0,
                    verify_top=None, verifier=None, cache=None, threads=1):
-            assert verifier == ("verifier", 0.85)   # the preset's search.ratio, passed per call
+            assert verifier == ("verifier", 0.85, 1000)   # the preset's search.ratio and verify_query_features
             self.asked.append((rerank, query_expansion))
             self.verify_top = verify_top
             self.features = get_features

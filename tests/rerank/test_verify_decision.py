@@ -197,7 +197,9 @@ def test_spatial_rerank_cache_reads_each_image_once_and_changes_nothing():
     assert ranked(tiny) == plain and ranked(tiny) == plain and len(reads) == 8 and len(tiny) == 0
 
 
-def test_no_false_verification_on_500_unrelated_pairs_with_match_cells(features_of):
+@pytest.mark.parametrize("query_features", [0, 500])
+def test_no_false_verification_on_500_unrelated_pairs_with_match_cells(features_of, query_features):
+    """Also with the query side of each pair cut to its 500 largest features (search.verify_query_features)."""
     from conftest import shared_path
 
     from retrieval.bench.verify import pair_evidence, unrelated_pairs
@@ -208,9 +210,13 @@ def test_no_false_verification_on_500_unrelated_pairs_with_match_cells(features_
     cells = train_cells([f for feats, _ in sets for f in feats], True, 0)
     evid, probed = [], 0
     for k, (feats, groups) in enumerate(sets):
-        out = pair_evidence(feats, unrelated_pairs(groups, 250, random_state=k), cells=cells)
+        out = pair_evidence(feats, unrelated_pairs(groups, 250, random_state=k), cells=cells,
+                            query_features=query_features)
         evid.append(out["evidence"])
         probed += int(out["probed"].sum())
     e = np.concatenate(evid)
-    assert probed >= 5                   # UKBench pairs past 1,000,000 comparisons went through the probed test
+    if query_features:
+        assert sum(len(f) > query_features for feats, _ in sets for f in feats) >= 20   # the cap cut query sides
+    else:
+        assert probed >= 5               # UKBench pairs past 1,000,000 comparisons went through the probed test
     assert int((e >= DEFAULT_MIN_INLIERS).sum()) == 0, np.sort(e)[-10:]
