@@ -146,11 +146,14 @@ class LazyFeatures(Sequence):
 # Query-time keys whose bundled value rose when the threshold was measured (0.2.0: 9 one-to-one inliers, a 0.03 %
 # false-verification rate); an index built with an older copy of a bundled preset uses the current value.
 _THRESHOLDS = (("search", "min_inliers"), ("object_search", "min_inliers"))
+# Query-time keys a bundled preset set later (0.2.0: the query side of the verification cut to its largest 1,000
+# features, measured with the same mAP); an index built with an older copy that lacks the key uses the bundled value.
+_ADOPTED = (("search", "verify_query_features"),)
 
 
 def adopt_thresholds(path, stored: dict, current: dict) -> dict:
-    """``stored`` with each :data:`_THRESHOLDS` value raised to the bundled preset's ``current`` one (in memory;
-    these keys change no stored data). A lower value in a bundled preset's copy can only come from an older
+    """``stored`` with each :data:`_THRESHOLDS` value raised to the bundled preset's ``current`` one, and each
+    :data:`_ADOPTED` key it lacks taken from ``current`` (in memory; these keys change no stored data). A lower value in a bundled preset's copy can only come from an older
     release, since ``retrieval index`` takes no overrides."""
     out, cfg = stored, preset_config(current)
     for section, key in _THRESHOLDS:
@@ -160,4 +163,7 @@ def adopt_thresholds(path, stored: dict, current: dict) -> dict:
             out = {**out, section: {**out[section], key: new}}
             logger.info("%s: %s.%s %d -> %d (the bundled preset's measured threshold; the index was built with an "
                         "older copy of preset %r)", path, section, key, old, new, stored["name"])
+    for section, key in _ADOPTED:
+        if key not in (out.get(section) or {}) and key in (current.get(section) or {}):
+            out = {**out, section: {**(out.get(section) or {}), key: current[section][key]}}
     return out

@@ -332,7 +332,7 @@ class SearchConfig(_Section):
                           low=1, used=_kinds("global", "binary"))
     match_probes: int = _key(8, "cells of the model's match cells each query descriptor probes in the ratio test of "
                              "the verification (retrieval.rerank.cells); 0: the exact test against every descriptor", low=0)
-    verify_query_features: int = _key(1000, "the verification matches at most this many of the query's features, "
+    verify_query_features: int = _key(0, "the verification matches at most this many of the query's features, "
                                       "of largest scale (the database side keeps all); 0: all", low=0)
     verify_patience: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification "
                                 "stops after this many unverified results in a row (0: the whole shortlist)", low=0,
