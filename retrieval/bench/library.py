@@ -183,11 +183,12 @@ def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -
                 V /= np.linalg.norm(V, axis=1, keepdims=True)
                 backend.add_vectors(ids, V)
             rows = []
+            salt = bytes.fromhex(sources.get("salt", ""))
             for image_id, i in zip(ids, batch, strict=True):
                 p = str(replica_path(Path(root), i))
                 size, mtime = file_stat(p)
                 n_feat, (w, h) = meta[i % S]
-                rows.append({"id": int(image_id), "path": p, "hash": hash_bytes(replica_png(i)), "size": size,
+                rows.append({"id": int(image_id), "path": p, "hash": hash_bytes(replica_png(i, salt)), "size": size,
                              "mtime": mtime, "width": int(w), "height": int(h), "orientation": 1,
                              "n_features": int(n_feat), "status": "indexed", "error": None})
             run_id = cat.start_run(f"bench library: {len(batch)} injected replicas")

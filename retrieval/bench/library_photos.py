@@ -81,7 +81,11 @@ def prepare_sources(data_dir, store, extractor, record: Path, workers=None, limi
         write_json_atomic(record, {"extract_s_per_photo": round(seconds / len(need), 4), "photos": len(need),
                                    "workers": workers or os.cpu_count()})
     timing = json.loads(record.read_text("utf-8")) if record.is_file() else {}
-    return {"paths": [str(p) for p in paths], "hashes": hashes,
+    # the replicas of the whole thumbnail set keep their first contents; any other set of sources (--full-size,
+    # --sources N) salts its replicas, so that two sets never share a replica's feature-store entry
+    canonical = not full_size and limit is None
+    salt = "" if canonical else hashlib.blake2b("".join(hashes).encode("ascii"), digest_size=6).hexdigest()
+    return {"paths": [str(p) for p in paths], "hashes": hashes, "salt": salt,   # hex
             "extract_s_per_photo": timing.get("extract_s_per_photo"), "extracted": len(need)}
 
 
@@ -90,11 +94,12 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def replica_png(i: int) -> bytes:
-    """A distinct 8x8 RGB PNG for replica ``i`` (its pixels encode ``i``), written directly: a PNG signature, IHDR,
-    one IDAT (each row after a filter byte 0) and IEND."""
+def replica_png(i: int, salt: bytes = b"") -> bytes:
+    """A distinct 8x8 RGB PNG for replica ``i`` (its pixels encode ``i``, and ``salt``: the replicas of another set
+    of sources have other contents, so their feature-store entries never mix), written directly: a PNG signature,
+    IHDR, one IDAT (each row after a filter byte 0) and IEND."""
     code = int(i).to_bytes(8, "little")
-    pixels = ((code + bytes(b ^ 0x5A for b in code[::-1]) + bytes([i % 251])) * 12)[:8 * 8 * 3]
+    pixels = ((code + bytes(b ^ 0x5A for b in code[::-1]) + bytes([i % 251]) + salt) * 12)[:8 * 8 * 3]
     raw = b"".join(b"\x00" + pixels[24 * r:24 * (r + 1)] for r in range(8))
     return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0))
             + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
@@ -117,8 +122,9 @@ def write_replicas(photos: Path, numbers, sources: dict, store, key: str, sync_l
     S = len(sources["hashes"])
     by_source: dict[int, list[tuple[int, str]]] = {}
     written = 0
+    salt = bytes.fromhex(sources.get("salt", ""))
     for i in numbers:
-        data = replica_png(i)
+        data = replica_png(i, salt)
         path = replica_path(photos, i)
         if not path.is_file() or path.read_bytes() != data:   # missing, or written by another version
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -64,3 +64,28 @@ def test_full_size_sources_are_minibench_and_oxford_without_thumbnails():
     oxford = [p for p in paths if "oxford133" in str(p)]
     assert len(oxford) == 133
     assert all(max(Image.open(p).size) >= 1000 for p in oxford)
+
+
+def test_two_sets_of_sources_never_share_a_replica(tmp_path):
+    """The thumbnail set keeps its unsalted replicas; a full-size or limited set salts its own, so a workdir that
+    held one library never gives the other its features."""
+    from retrieval.bench.library_photos import hash_bytes, prepare_sources, replica_png, write_replicas
+    from retrieval.features import FeatureExtractor
+    from retrieval.features.store import FeatureStore
+
+    store = FeatureStore(tmp_path / "features")
+    ex = FeatureExtractor("hesaff", max_side=256)
+    limited = prepare_sources(shared_path(), store, ex, tmp_path / "a.json", workers=1, limit=2)
+    other = prepare_sources(shared_path(), store, ex, tmp_path / "b.json", workers=1, limit=3)
+    assert limited["salt"] and other["salt"] and limited["salt"] != other["salt"]
+    assert len({replica_png(7), replica_png(7, bytes.fromhex(limited["salt"])),
+                replica_png(7, bytes.fromhex(other["salt"]))}) == 3
+    for k, src in enumerate((limited, other)):
+        photos = tmp_path / f"photos{k}"
+        write_replicas(photos, [0, 1, 2], src, store, ex.config_key, sync_limit=10)
+        for i in range(3):
+            h = hash_bytes(replica_png(i, bytes.fromhex(src["salt"])))
+            got = store.get(h, ex.config_key)
+            source = store.get(src["hashes"][i % len(src["hashes"])], ex.config_key)
+            assert got.image_size == source.image_size          # each replica has its own set's source
+            assert 0 < len(got) <= len(source)
