@@ -17,6 +17,7 @@ from retrieval.app.near_duplicates import (
     same_photograph,
     turned,
 )
+from retrieval.features.frames import largest
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +35,6 @@ OTHER_VIEW_RESIDUAL = 2.0
 more than this many degrees away from a quarter turn, or leaves a median residual of more than this many pixels of
 the smaller photo: the pair is a same-scene pair without the full features (on the labelled set the cheap inliers
 of copies the full check confirmed deviate by 0.06 degrees and 0.51 px at most; docs/results.md, "Duplicates")."""
-
-
-def _largest(features, n: int):
-    """The ``n`` largest-scale features (all when there are fewer)."""
-    if len(features) <= n:
-        return features
-    f = np.asarray(features.frames, np.float64)
-    scale = np.abs(f[:, 2] * f[:, 5] - f[:, 3] * f[:, 4])
-    keep = np.sort(np.argpartition(-scale, n - 1)[:n])
-    return type(features)(frames=features.frames[keep], descriptors=features.descriptors[keep],
-                          image_size=features.image_size, config=features.config)
 
 
 def another_view(evidence) -> bool:
@@ -84,7 +74,7 @@ class PairVerifier:
             f = self.features(image_id)
             if len(f) <= CHEAP_FEATURES:
                 return len(f), None
-            return len(f), self.verifier.described(_largest(f, CHEAP_FEATURES), roles=())
+            return len(f), self.verifier.described(largest(f, CHEAP_FEATURES), roles=())
 
         try:
             self.sides = CheapSides(ids, make, size=CHEAP_FEATURES, threads=threads, folder=folder,
@@ -124,7 +114,7 @@ class PairVerifier:
         def make():
             f = features() if callable(features) else features
             f = turned(f, turn) if turn else f
-            f = _largest(f, CHEAP_FEATURES) if cheap else f
+            f = largest(f, CHEAP_FEATURES) if cheap else f
             return f, self.verifier.described(f, roles=())    # placed in the match cells only when needed
 
         if key is None:

@@ -50,7 +50,6 @@ def load_search_kernels() -> None:
         importlib.import_module(name)
 
 
-
 def default_verify_threads(kind: str) -> int:
     """Images verified side by side in one search when the caller does not say: up to 4 cores, for every kind
     (verification is most of a query on real photos: on the Oxford photos, 1,024 px, two threads take a

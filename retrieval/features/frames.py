@@ -91,4 +91,3 @@ def largest(features: LocalFeatures, n: int) -> LocalFeatures:
     scale = np.abs(f[:, 2] * f[:, 5] - f[:, 3] * f[:, 4])
     keep = np.sort(np.argsort(-scale, kind="stable")[:n])
     return subset(features, keep)
-

@@ -259,9 +259,10 @@ def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slow
     import numpy as np
 
     from retrieval.app import duplicate_sides
-    from retrieval.app.duplicate_verifier import CHEAP_FEATURES, PairVerifier, _largest
+    from retrieval.app.duplicate_verifier import CHEAP_FEATURES, PairVerifier
     from retrieval.app.duplicates import find_duplicates
     from retrieval.app.index import Index
+    from retrieval.features.frames import largest
 
     idx = Index.open(dup_world["index"])
     try:
@@ -278,7 +279,7 @@ def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slow
             if len(f) <= CHEAP_FEATURES:
                 assert side is None
                 continue
-            want = verifier.verifier.described(_largest(f, CHEAP_FEATURES), roles=())
+            want = verifier.verifier.described(largest(f, CHEAP_FEATURES), roles=())
             np.testing.assert_array_equal(side.frames, want.frames)
             np.testing.assert_array_equal(side.descriptors, want.descriptors)
             assert side.image_size == want.image_size
