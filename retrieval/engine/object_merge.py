@@ -8,8 +8,8 @@
   image);
 - the forward arrays (image after image: words, weights, frames, size) and the per-image terms (the inverted
   file's norms, the signatures' normalisation ``gamma``) copied row by row;
-- the postings of the inverted file and of the signatures (grouped by word, ascending rows within a word) merged a
-  block of words at a time: each part's postings of those words, renumbered, the deleted ones dropped, ordered
+- the postings of the inverted file (none with signatures: :meth:`ObjectSearcher.save` leaves them to the forward
+  index) and of the signatures (grouped by word, ascending rows within a word) merged a block of words at a time: each part's postings of those words, renumbered, the deleted ones dropped, ordered
   by (word, merged row).
 
 Saved parts are read through ``os.pread`` of their ``.npy`` files, not through memory maps, so that the pages a
@@ -77,10 +77,11 @@ class _Source:
             self.fwd = {n: self._open(root / f"fwd_{n}.npy") for n in ("indptr", "words", "weights", "frames")
                         if (root / f"fwd_{n}.npy").exists()}
             self.fwd_indptr = self.fwd["indptr"].all()
-            self.inv = {n: self._open(root / "invfile" / f"{n}.npy") for n in ("postings_ids", "postings_tf")}
+            self.inv = {n: self._open(root / "invfile" / f"{n}.npy") for n in ("postings_ids", "postings_tf")} \
+                if not s.signatures else {}   # with signatures the inverted file keeps no postings (write_merged)
             self.sig = {n: self._open(root / "signatures" / f"{n}.npy") for n in ("rows", "sigs")} \
                 if s.signatures else {}
-        self.inv_indptr = np.asarray(s.invfile_.indptr_)
+        self.inv_indptr = np.asarray(s.invfile_.indptr_) if not s.signatures else None
         self.sig_indptr = np.asarray(s.smk_.indptr_) if s.signatures else None
         self.ids = np.asarray(s.invfile_.ids_)
         self.sizes = self._forward_sizes()
@@ -252,12 +253,15 @@ def write_merged(model, parts, folder: Path) -> int:
             (lambda arrays: np.zeros(0, np.float64))
         for name, values in (("ids", ids), ("norm1", pick(inv[0])), ("norm2", pick(inv[1]))):
             save_npy_atomic(folder / "invfile" / f"{name}.npy", values)
-        _postings(sources, remaps, "inv", model.n_words, folder / "invfile" / "postings_ids.npy",
-                  folder / "invfile" / "postings_tf.npy", folder / "invfile" / "indptr.npy",
-                  np.uint32, (), np.float32)
-        n_postings = _Npy(folder / "invfile" / "postings_ids.npy")
-        n_postings.close()
-        _patch(folder / "invfile" / "header.json", ntotal=n, n_postings=int(n_postings.shape[0]))
+        if model.signatures:   # as ObjectSearcher.save: asmk scores the signatures, the BoW methods rebuild these
+            _patch(folder / "invfile" / "header.json", ntotal=n)
+        else:
+            _postings(sources, remaps, "inv", model.n_words, folder / "invfile" / "postings_ids.npy",
+                      folder / "invfile" / "postings_tf.npy", folder / "invfile" / "indptr.npy",
+                      np.uint32, (), np.float32)
+            n_postings = _Npy(folder / "invfile" / "postings_ids.npy")
+            n_postings.close()
+            _patch(folder / "invfile" / "header.json", ntotal=n, n_postings=int(n_postings.shape[0]))
         if model.signatures:
             dim8 = model.vocabulary_.cluster_centers_.shape[1] // 8
             save_npy_atomic(folder / "signatures" / "ids.npy", ids)

@@ -396,7 +396,7 @@ class ObjectSearcher:
         folder.mkdir(parents=True, exist_ok=True)
         if with_vocabulary:
             self.vocabulary_.save(folder / "vocabulary.npz")
-        self.invfile_.save(folder / "invfile")
+        self.invfile_.save(folder / "invfile", postings=not self.signatures)   # asmk's postings: the signatures
         if self.signatures:
             self.smk_.save(folder / "signatures")
         order = [int(i) for i in self.invfile_.ids_.tolist()]
@@ -448,7 +448,7 @@ class ObjectSearcher:
                               f"{digest or vocabulary_digest(vocabulary)!r}).")
         else:
             obj.vocabulary_ = vocabulary
-        obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap)
+        obj.invfile_ = InvertedFile.load(folder / "invfile", mmap=mmap, postings=obj._forward_postings)
         if obj.signatures:
             obj.smk_ = smk.SMKFile.load(folder / "signatures", mmap=mmap)
         mode = "r" if mmap else None
@@ -457,3 +457,15 @@ class ObjectSearcher:
               if n in ("ids", "indptr", "words", "sizes") or (folder / f"fwd_{n}.npy").exists()}
         obj._fwd = ForwardEntries(ld)
         return obj
+
+    def _forward_postings(self):
+        """The inverted file's postings ``(indptr, postings_ids, postings_tf)`` from the forward index, for a searcher
+        saved without them (with signatures, whose kernel never reads them: only the BoW methods, ``--method delta1``
+        and the others, do): the histograms of the indexed images in the inverted file's order, merged as
+        :meth:`InvertedFile.commit` merges them (the same arrays as a saved copy)."""
+        ids = np.asarray(self.invfile_.ids_, np.int64)
+        inv = InvertedFile(self.n_words, idf=False)
+        entries = [self._fwd[int(i)] for i in ids.tolist()]
+        inv.add(ids, [(np.asarray(e[0]).ravel(), np.asarray(e[1]).ravel()) for e in entries])
+        inv.commit()
+        return inv.indptr_, inv.postings_ids_, inv.postings_tf_

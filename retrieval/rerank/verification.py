@@ -45,6 +45,9 @@ VERIFY_DEFAULTS = {"min_inliers": DEFAULT_MIN_INLIERS, "threshold": None, "relat
                    "min_singular_ratio": 0.1, "min_spread": 0.01}
 """Defaults of :func:`verify`."""
 
+_NEXT, _PREV = np.array([1, 2, 3, 0]), np.array([3, 0, 1, 2])
+"""The next and the previous corner of a four-corner outline."""
+
 
 @dataclass
 class Verification:
@@ -158,13 +161,13 @@ def model_problem(transform, region, *, max_scale: float = 10.0, min_singular_ra
     if np.any(P[:, 2] <= 1e-9 * np.abs(P[:, :2]).max(initial=1.0)):
         return "outline maps to infinity"
     Q = P[:, :2] / P[:, 2:3]
-    e1 = np.roll(Q, -1, axis=0) - Q
-    e0 = Q - np.roll(Q, 1, axis=0)
+    e1 = Q[_NEXT] - Q   # the outline's edges: from each corner to the next, and from the previous to it
+    e0 = Q - Q[_PREV]
     cross = e0[:, 0] * e1[:, 1] - e0[:, 1] * e1[:, 0]
     area0 = (x2 - x1) * (y2 - y1)
     if np.any(cross <= 1e-6 * area0):
         return "outline mirrored, collapsed or not convex"
-    area = 0.5 * abs(float(np.sum(Q[:, 0] * np.roll(Q[:, 1], -1) - Q[:, 1] * np.roll(Q[:, 0], -1))))
+    area = 0.5 * abs(float(np.sum(Q[:, 0] * Q[_NEXT, 1] - Q[:, 1] * Q[_NEXT, 0])))
     if not max_scale ** -2 <= area / area0 <= max_scale ** 2:
         return f"extreme scale change (area x{area / area0:.3g})"
     cx, cy = (x1 + x2) / 2.0, (y1 + y2) / 2.0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,10 @@ __all__ = ["InvertedFile", "histogram_rows", "METHODS", "topk_smallest"]
 METHODS = ("l1", "l2", "delta1", "delta2")
 FORMAT = "retrieval-invfile"
 FORMAT_VERSION = 1
+"""The version of a folder holding its postings; version 2 (:data:`FORWARD_VERSION`) holds none (:meth:`save` with
+``postings=False``): the owner gives them back from its forward index (:meth:`postings_from`)."""
+FORWARD_VERSION = 2
+_POSTINGS = ("indptr_", "postings_ids_", "postings_tf_")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -85,6 +90,30 @@ class InvertedFile:
         self._dirty = False
         self._sum_norm1 = 0.0
         self._norm2sq = np.zeros(0, dtype=np.float64)
+
+    def postings_from(self, build) -> InvertedFile:
+        """Postings not held: ``build()`` returns ``(indptr, postings_ids, postings_tf)``, called once, when a
+        method first needs them (under a lock, so that concurrent searches build them once and see them whole).
+        For a folder saved without postings (:meth:`save` with ``postings=False``), whose owner keeps the same
+        histograms in its forward index."""
+        for name in _POSTINGS:
+            self.__dict__.pop(name, None)
+        self._build, self._build_lock = build, threading.Lock()
+        return self
+
+    def __getattr__(self, name):
+        if name not in _POSTINGS or "_build" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with self._build_lock:
+            if name not in self.__dict__:
+                indptr, pids, ptf = self._build()
+                self.__dict__.update(postings_tf_=ptf, postings_ids_=pids, indptr_=indptr)
+        return self.__dict__[name]
+
+    @property
+    def holds_postings(self) -> bool:
+        """False while postings left to :meth:`postings_from` are not built."""
+        return all(name in self.__dict__ for name in _POSTINGS)
 
     # ------------------------------------------------------------------ construction
     @property
@@ -346,39 +375,55 @@ class InvertedFile:
         return np.array([lookup.get(int(v), -1) for v in np.asarray(ids).ravel()], dtype=np.int64)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, folder) -> Path:
+    def save(self, folder, *, postings: bool = True) -> Path:
         """Write ``header.json`` + ``indptr.npy``, ``postings_ids.npy``, ``postings_tf.npy``, ``ids.npy``,
-        ``norm1.npy``, ``norm2.npy``, ``idf.npy`` into ``folder`` (each atomically; memory-mappable)."""
+        ``norm1.npy``, ``norm2.npy``, ``idf.npy`` into ``folder`` (each atomically; memory-mappable).
+        ``postings=False``: no ``indptr``, ``postings_ids``, ``postings_tf`` (format version 2): the owner keeps the
+        same histograms elsewhere and gives them back when loaded (:meth:`postings_from`)."""
         self._commit()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        for name, arr in (("indptr", self.indptr_), ("postings_ids", self.postings_ids_),
-                          ("postings_tf", self.postings_tf_), ("ids", self.ids_), ("norm1", self.norm1_),
-                          ("norm2", self.norm2_), ("idf", self.idf_)):
+        arrays = [("ids", self.ids_), ("norm1", self.norm1_), ("norm2", self.norm2_), ("idf", self.idf_)]
+        if postings:
+            arrays = [("indptr", self.indptr_), ("postings_ids", self.postings_ids_),
+                      ("postings_tf", self.postings_tf_)] + arrays
+        for name, arr in arrays:
             save_npy_atomic(folder / f"{name}.npy", np.asarray(arr))
-        write_json_atomic(folder / "header.json", {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "class": "retrieval.search.invfile.InvertedFile",
-            "library_version": __version__, "params": {"n_words": self.n_words, "idf": self.idf},
-            "ntotal": int(self.ids_.shape[0]), "n_postings": int(self.postings_ids_.shape[0]),
-        })
+        header = {"format": FORMAT, "format_version": FORMAT_VERSION if postings else FORWARD_VERSION,
+                  "class": "retrieval.search.invfile.InvertedFile", "library_version": __version__,
+                  "params": {"n_words": self.n_words, "idf": self.idf}, "ntotal": int(self.ids_.shape[0])}
+        if postings:
+            header["n_postings"] = int(self.postings_ids_.shape[0])
+        write_json_atomic(folder / "header.json", header)
         return folder
 
     @classmethod
-    def load(cls, folder, *, mmap: bool = True) -> InvertedFile:
-        """Open a folder written by :meth:`save`; the postings are memory-mapped read-only when ``mmap``."""
+    def load(cls, folder, *, mmap: bool = True, postings=None) -> InvertedFile:
+        """Open a folder written by :meth:`save`; the postings are memory-mapped read-only when ``mmap``. A folder
+        saved without them needs ``postings``, the callable given to :meth:`postings_from`."""
         folder = Path(folder)
-        header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "inverted file")
+        try:
+            header = read_folder_header(folder, FORMAT, FORMAT_VERSION, "inverted file")
+        except FormatError:
+            header = read_folder_header(folder, FORMAT, FORWARD_VERSION, "inverted file")
+        held = header["format_version"] == FORMAT_VERSION
+        if not held and postings is None:
+            raise FormatError(f"{folder}: an inverted file saved without its postings; open it through its owner "
+                              "(an object searcher).")
         inv = cls(**header["params"])
         mode = "r" if mmap else None
-        arrs = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False)
-                for n in ("indptr", "postings_ids", "postings_tf", "ids", "norm1", "norm2", "idf")}
-        inv.indptr_, inv.postings_ids_, inv.postings_tf_ = arrs["indptr"], arrs["postings_ids"], arrs["postings_tf"]
+        names = ("indptr", "postings_ids", "postings_tf") * held + ("ids", "norm1", "norm2", "idf")
+        arrs = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False) for n in names}
+        if held:
+            inv.indptr_, inv.postings_ids_, inv.postings_tf_ = arrs["indptr"], arrs["postings_ids"], arrs["postings_tf"]
+        else:
+            inv.postings_from(postings)
         inv.ids_ = np.asarray(arrs["ids"])
         inv.norm1_, inv.norm2_, inv.idf_ = (np.asarray(arrs["norm1"]), np.asarray(arrs["norm2"]),
                                             np.asarray(arrs["idf"]))
         inv._sum_norm1 = float(inv.norm1_.sum())
         inv._norm2sq = inv.norm2_ ** 2
         inv._id_set = set(inv.ids_.tolist())
-        if inv.indptr_.shape[0] != inv.n_words + 1 or inv.norm1_.shape[0] != inv.ids_.shape[0]:
+        if (held and inv.indptr_.shape[0] != inv.n_words + 1) or inv.norm1_.shape[0] != inv.ids_.shape[0]:
             raise FormatError(f"{folder}: array shapes do not match the header.")
         return inv
