@@ -92,7 +92,7 @@ class LocalPCA(PersistableMixin):
         Y = (X - self.mean_) @ self.components_.T
         if self.whiten:
             Y = Y * whitening_scale(self.explained_variance_, self.eps).astype(np.float32)
-        return Y.astype(np.float32)
+        return Y.astype(np.float32, copy=False)
 
     def fit_transform(self, X, y=None) -> np.ndarray:
         return self.fit(X).transform(X)

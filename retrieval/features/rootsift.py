@@ -24,8 +24,10 @@ def root_sift(desc, eps: float = 1e-12) -> np.ndarray:
     x = np.asarray(desc)
     if x.ndim != 2:
         raise ValueError(f"desc must be a 2-d array (n, d); got shape {x.shape}.")
+    signed = x.dtype.kind not in "ub"   # unsigned (uint8 SIFT) cannot be negative
     x = x.astype(np.float32)
-    if x.size and x.min() < 0:
+    if signed and x.size and x.min() < 0:
         raise ValueError(f"desc must be non-negative for RootSIFT; found minimum {float(x.min())}.")
     norm = x.sum(axis=1, keepdims=True)
-    return np.sqrt(x / (norm + np.float32(eps))).astype(np.float32)
+    np.divide(x, norm + np.float32(eps), out=x)   # in place: x is this call's own copy
+    return np.sqrt(x, out=x)

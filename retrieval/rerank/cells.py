@@ -60,6 +60,8 @@ class MatchCells:
         sq = np.einsum("ij,ij->i", C, C)
         gap2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (C @ C.T), 0.0)   # |c_i - c_j|^2
         object.__setattr__(self, "_gap2", np.ascontiguousarray(4.0 * gap2, np.float32))
+        centres = np.ascontiguousarray(self.centres, np.float32)
+        object.__setattr__(self, "_sq", np.einsum("ij,ij->i", centres, centres))   # |c|^2, float32
 
     @classmethod
     def fit(cls, X, k: int = N_CELLS, *, seed: int = 0, probes: int = PROBES) -> MatchCells:
@@ -74,8 +76,12 @@ class MatchCells:
         return cls(np.ascontiguousarray(C, np.float32), int(probes))
 
     def _distances(self, desc: np.ndarray) -> np.ndarray:
-        C = self.centres
-        return (np.einsum("ij,ij->i", C, C)[None, :] - 2.0 * (desc @ C.T)).astype(np.float32)
+        """``|c|^2 - 2 x.c`` (n, k) float32 for the rows ``x`` of ``desc``: the squared distances to the centres up to
+        the row's own ``|x|^2``, computed in place (the same values as ``|c|^2 - 2 (x @ C.T)``)."""
+        D = desc @ np.asarray(self.centres, np.float32).T
+        D *= np.float32(-2.0)
+        D += self._sq
+        return D
 
     def place_query(self, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One image's descriptors ``desc`` (n, d) as a query: ``(probes, bound)``, the ``probes`` nearest cells of
