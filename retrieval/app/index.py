@@ -53,7 +53,7 @@ from retrieval.app.searcher import Match, Searcher, Searchers, default_verify_th
 from retrieval.app.shards import check_shards, shard_count
 from retrieval.core.checks import check_scalar
 from retrieval.core.threads import single_threaded_blas
-from retrieval.engine.backend import VERIFICATION_CACHE_MB
+from retrieval.engine.backend import default_verification_cache_mb
 from retrieval.engine.hits import Hit
 from retrieval.engine.presets import check_available, load_preset, preset_config, preset_digest, preset_names
 from retrieval.features import FeatureExtractor
@@ -84,8 +84,10 @@ class Index:
     share between threads.
     """
 
-    def __init__(self, path, catalog: Catalog, preset: dict, *, verification_cache_mb: float = VERIFICATION_CACHE_MB,
+    def __init__(self, path, catalog: Catalog, preset: dict, *, verification_cache_mb: float | None = None,
                  verify_threads: int | None = None):
+        if verification_cache_mb is None:
+            verification_cache_mb = default_verification_cache_mb()
         if not float(verification_cache_mb) >= 0:
             raise ValueError(f"verification_cache_mb must be >= 0; got {verification_cache_mb!r}.")
         self.path = Path(path)
@@ -165,11 +167,12 @@ class Index:
         return idx
 
     @classmethod
-    def open(cls, path, *, verification_cache_mb: float = VERIFICATION_CACHE_MB,
+    def open(cls, path, *, verification_cache_mb: float | None = None,
              verify_threads: int | None = None) -> Index:
         """Open an existing index folder; refuses one made by another version of its preset.
 
-        ``verification_cache_mb``: memory kept for described database images across searches (0: none);
+        ``verification_cache_mb``: memory kept for described database images across searches (0: none; None: a
+        sixteenth of the machine's memory, 256 to 2,048 MB, :func:`~retrieval.engine.backend.default_verification_cache_mb`);
         ``verify_threads``: images verified side by side in one search (None: up to 4, one per core)."""
         path = Path(path)
         if not path.is_dir():

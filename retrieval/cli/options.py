@@ -9,15 +9,15 @@ import click
 
 def verification_cache_mb() -> float:
     """The verification cache of a searching command, in MB: ``RETRIEVAL_VERIFY_CACHE_MB`` (a number >= 0; 0
-    disables it) or :data:`retrieval.engine.backend.VERIFICATION_CACHE_MB`. The environment is read here, at the
-    command line's edge, and passed to :meth:`Index.open <retrieval.app.index.Index.open>`."""
+    disables it) or :func:`retrieval.engine.backend.default_verification_cache_mb`. The environment is read here, at
+    the command line's edge, and passed to :meth:`Index.open <retrieval.app.index.Index.open>`."""
     import os
 
-    from retrieval.engine.backend import VERIFICATION_CACHE_MB
+    from retrieval.engine.backend import default_verification_cache_mb
 
     raw = os.environ.get("RETRIEVAL_VERIFY_CACHE_MB")
     if raw is None or raw.strip() == "":
-        return float(VERIFICATION_CACHE_MB)
+        return float(default_verification_cache_mb())
     try:
         mb = float(raw)
     except ValueError:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import os
 import threading
 
+from retrieval.core.machine import share_of_memory_mb
 from retrieval.web.uploads import ApiError
 
 DEFAULT_FRACTION = 0.25
@@ -24,11 +24,7 @@ DEFAULT_MIN_MB, DEFAULT_MAX_MB = 512, 4096
 
 def default_budget_mb() -> int:
     """A quarter of the machine's memory, from 512 MB to 4,096 MB."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 8 << 30
-    return int(min(DEFAULT_MAX_MB, max(DEFAULT_MIN_MB, DEFAULT_FRACTION * total / (1 << 20))))
+    return share_of_memory_mb(DEFAULT_FRACTION, DEFAULT_MIN_MB, DEFAULT_MAX_MB)
 
 
 def _trim():

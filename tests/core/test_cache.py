@@ -68,10 +68,10 @@ def test_threads_keep_the_books_consistent():
 def test_verification_cache_budget_from_the_environment(monkeypatch):
     """The environment is read at the command line's edge (retrieval.cli.options), then passed to Index.open."""
     from retrieval.cli.options import verification_cache_mb
-    from retrieval.engine.backend import VERIFICATION_CACHE_MB
+    from retrieval.engine.backend import default_verification_cache_mb
 
     monkeypatch.delenv("RETRIEVAL_VERIFY_CACHE_MB", raising=False)
-    assert verification_cache_mb() == VERIFICATION_CACHE_MB
+    assert verification_cache_mb() == default_verification_cache_mb()
     monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0.5")
     assert verification_cache_mb() == 0.5
     monkeypatch.setenv("RETRIEVAL_VERIFY_CACHE_MB", "0")
@@ -91,3 +91,29 @@ def test_cached_without_a_cache_computes_every_time():
     c = BytesLRU(100)
     assert cached(c, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7
     assert cached(c, "k", lambda: calls.append(1) or 7, lambda v: 1) == 7 and len(calls) == 3
+
+
+@pytest.mark.parametrize("gib, expected", [(2, 256), (4, 256), (8, 512), (24, 1536), (64, 2048)])
+def test_the_default_verification_cache_is_a_sixteenth_of_the_machine(monkeypatch, gib, expected):
+    """256 MB at least (small machines), 2,048 MB at most, a sixteenth of the memory between."""
+    import retrieval.core.machine as machine
+    from retrieval.app.index import Index
+    from retrieval.engine.backend import default_verification_cache_mb
+
+    monkeypatch.setattr(machine, "memory_bytes", lambda: gib << 30)
+    assert default_verification_cache_mb() == expected
+    assert Index.__init__.__kwdefaults__["verification_cache_mb"] is None   # read when an index is opened
+
+
+def test_the_machine_memory_is_read_from_the_system(monkeypatch):
+    import os
+
+    from retrieval.core.machine import ASSUMED_MEMORY, memory_bytes
+
+    assert memory_bytes() == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+    def unknown(name):
+        raise ValueError(name)
+
+    monkeypatch.setattr(os, "sysconf", unknown)
+    assert memory_bytes() == ASSUMED_MEMORY
