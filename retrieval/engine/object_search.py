@@ -460,7 +460,7 @@ class ObjectSearcher:
 
     def _forward_postings(self):
         """The inverted file's postings ``(indptr, postings_ids, postings_tf)`` from the forward index, for a searcher
-        saved without them (with signatures, whose kernel never reads them: only the BoW methods, ``--method delta1``
+        saved without them (with signatures, whose kernel never reads them: only the BoW methods, ``--scoring delta1``
         and the others, do): the histograms of the indexed images in the inverted file's order, merged as
         :meth:`InvertedFile.commit` merges them (the same arrays as a saved copy)."""
         ids = np.asarray(self.invfile_.ids_, np.int64)
