@@ -5,7 +5,9 @@ the catalog rows, :class:`retrieval.app.catalog.CatalogRows`: rows are queried b
 never all loaded) and never changes afterwards: any number of threads search it at once, without locks. What
 varies per search (the query, ``k``, the method, the verification depth, the threads) is an argument; the only
 shared mutable parts are the verification cache, a thread-safe :class:`retrieval.core.cache.BytesLRU` keyed by
-image id (an id always names the same content), and the row lookup's bounded cache (thread-safe too).
+image id (an id always names the same content), the row lookup's bounded cache (thread-safe too), and, for the
+object presets, the inverted file's BoW postings, derived once from the forward index under a lock when a BoW
+scoring first asks (:meth:`retrieval.search.invfile.InvertedFile.postings_from`; never changed afterwards).
 
 Rows and generations: the lookup reads the committed catalog, which may already be of a newer generation when a
 sync committed during the search. A hit keeps its id and takes the row's current path; a hit whose row was
