@@ -119,3 +119,22 @@ def publish_state(backend, root: Path, gen: int = 1) -> Path:
     for seg in (root / "segments").glob("*.tmp"):
         seg.rename(seg.with_name(seg.name[:-len(".tmp")]))
     return folder
+
+
+def pattern_images(n, seed=0, *, patterns=5, size=60, clutter=(10, 30)):
+    """``n`` synthetic images (32-d descriptors) drawn from ``patterns`` shared patterns of ``size`` descriptors:
+    each image holds half to all of one pattern plus noise, and ``clutter`` (low, high) random descriptors."""
+    from retrieval.features import LocalFeatures
+
+    rng = np.random.default_rng(seed)
+    shared = [rng.normal(size=(size, 32)).astype(np.float32) for _ in range(patterns)]
+    out = []
+    for j in range(n):
+        base = shared[j % patterns][rng.permutation(size)[:int(rng.integers(size // 2, size))]]
+        desc = np.concatenate([base + 0.05 * rng.normal(size=base.shape),
+                               rng.normal(size=(int(rng.integers(*clutter)), 32))])
+        frames = np.zeros((len(desc), 6), np.float32)
+        frames[:, :2] = rng.uniform(0, 300, (len(desc), 2))
+        frames[:, 2] = frames[:, 5] = 3.0
+        out.append(LocalFeatures(frames=frames, descriptors=desc.astype(np.float32), image_size=(320, 320)))
+    return out

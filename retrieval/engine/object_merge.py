@@ -9,8 +9,8 @@
 - the forward arrays (image after image: words, weights, frames, size) and the per-image terms (the inverted
   file's norms, the signatures' normalisation ``gamma``) copied row by row;
 - the postings of the inverted file (none with signatures: :meth:`ObjectSearcher.save` leaves them to the forward
-  index) and of the signatures (grouped by word, ascending rows within a word) merged a block of words at a time: each part's postings of those words, renumbered, the deleted ones dropped, ordered
-  by (word, merged row).
+  index) and of the signatures (grouped by word, ascending rows within a word) merged a block of words at a time:
+  each part's postings of those words, renumbered, the deleted ones dropped, ordered by (word, merged row).
 
 Saved parts are read through ``os.pread`` of their ``.npy`` files, not through memory maps, so that the pages a
 merge reads are not held by the process. Every file is written sequentially, then renamed. Only for parts
@@ -253,15 +253,15 @@ def write_merged(model, parts, folder: Path) -> int:
             (lambda arrays: np.zeros(0, np.float64))
         for name, values in (("ids", ids), ("norm1", pick(inv[0])), ("norm2", pick(inv[1]))):
             save_npy_atomic(folder / "invfile" / f"{name}.npy", values)
-        if model.signatures:   # as ObjectSearcher.save: asmk scores the signatures, the BoW methods rebuild these
-            _patch(folder / "invfile" / "header.json", ntotal=n)
-        else:
+        counts = {"ntotal": n}
+        if not model.signatures:   # as ObjectSearcher.save: with signatures the BoW methods rebuild the postings
             _postings(sources, remaps, "inv", model.n_words, folder / "invfile" / "postings_ids.npy",
                       folder / "invfile" / "postings_tf.npy", folder / "invfile" / "indptr.npy",
                       np.uint32, (), np.float32)
             n_postings = _Npy(folder / "invfile" / "postings_ids.npy")
             n_postings.close()
-            _patch(folder / "invfile" / "header.json", ntotal=n, n_postings=int(n_postings.shape[0]))
+            counts["n_postings"] = int(n_postings.shape[0])
+        _patch(folder / "invfile" / "header.json", **counts)
         if model.signatures:
             dim8 = model.vocabulary_.cluster_centers_.shape[1] // 8
             save_npy_atomic(folder / "signatures" / "ids.npy", ids)

@@ -412,7 +412,7 @@ class InvertedFile:
                               "(an object searcher).")
         inv = cls(**header["params"])
         mode = "r" if mmap else None
-        names = ("indptr", "postings_ids", "postings_tf") * held + ("ids", "norm1", "norm2", "idf")
+        names = ("ids", "norm1", "norm2", "idf") + (("indptr", "postings_ids", "postings_tf") if held else ())
         arrs = {n: np.load(folder / f"{n}.npy", mmap_mode=mode, allow_pickle=False) for n in names}
         if held:
             inv.indptr_, inv.postings_ids_, inv.postings_tf_ = arrs["indptr"], arrs["postings_ids"], arrs["postings_tf"]

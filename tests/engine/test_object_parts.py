@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers import pattern_images
 
 from retrieval.engine.object_parts import ObjectSegments, Part, merged, topk_by_id, view
 from retrieval.engine.object_search import ObjectSearcher
@@ -18,17 +19,7 @@ METHODS = ["asmk", "l1", "l2", "delta1", "delta2"]
 
 def images(n, seed=0):
     """``n`` images drawn from 5 shared patterns (each image: 40-90 features, part of a pattern plus noise)."""
-    rng = np.random.default_rng(seed)
-    patterns = [rng.normal(size=(60, 32)).astype(np.float32) for _ in range(5)]
-    out = []
-    for j in range(n):
-        base = patterns[j % 5][rng.permutation(60)[:int(rng.integers(30, 60))]]
-        desc = np.concatenate([base + 0.05 * rng.normal(size=base.shape), rng.normal(size=(int(rng.integers(10, 30)), 32))])
-        frames = np.zeros((len(desc), 6), np.float32)
-        frames[:, :2] = rng.uniform(0, 300, (len(desc), 2))
-        frames[:, 2] = frames[:, 5] = 3.0
-        out.append(LocalFeatures(frames=frames, descriptors=desc.astype(np.float32), image_size=(320, 320)))
-    return out
+    return pattern_images(n, seed)
 
 
 @pytest.fixture(scope="module")

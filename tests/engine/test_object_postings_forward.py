@@ -1,5 +1,5 @@
 """An object searcher with signatures (`accurate`, `object`) saves its inverted file without postings: ASMK* scores
-the signatures, and the BoW methods (``--method delta1`` and the others) get the postings back from the forward
+the signatures, and the BoW scorings (``--scoring delta1`` and the others) get the postings back from the forward
 index, the same arrays bit for bit, built once however many searches ask at the same time. Searchers without
 signatures, and folders saved with their postings, are read as before."""
 
@@ -10,27 +10,18 @@ import threading
 
 import numpy as np
 import pytest
+from helpers import pattern_images
 
 from retrieval.core.persistence import FormatError
 from retrieval.engine.object_search import ObjectSearcher
-from retrieval.features import LocalFeatures
 from retrieval.search.invfile import InvertedFile
 
 BOW = ["l1", "l2", "delta1", "delta2"]
 
 
 def images(n, seed=0):
-    rng = np.random.default_rng(seed)
-    patterns = [rng.normal(size=(50, 32)).astype(np.float32) for _ in range(4)]
-    out = []
-    for j in range(n):
-        base = patterns[j % 4][rng.permutation(50)[:int(rng.integers(25, 50))]]
-        desc = np.concatenate([base + 0.05 * rng.normal(size=base.shape), rng.normal(size=(int(rng.integers(5, 20)), 32))])
-        frames = np.zeros((len(desc), 6), np.float32)
-        frames[:, :2] = rng.uniform(0, 300, (len(desc), 2))
-        frames[:, 2] = frames[:, 5] = 3.0
-        out.append(LocalFeatures(frames=frames, descriptors=desc.astype(np.float32), image_size=(320, 320)))
-    return out
+    """``n`` images drawn from 4 shared patterns (each image: 30-70 features, part of a pattern plus noise)."""
+    return pattern_images(n, seed, patterns=4, size=50, clutter=(5, 20))
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-idf", "idf"])
