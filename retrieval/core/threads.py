@@ -14,31 +14,48 @@ import threading
 from contextlib import contextmanager
 
 _CONTROLLER = []
-_LOCAL = threading.local()
+_LIMIT = {"depth": 0, "limiter": None}   # the process's one limit: BLAS's thread count is a global setting
+_LIMIT_LOCK = threading.Lock()
 
 
 @contextmanager
 def single_threaded_blas():
-    """Context in which the calling thread's BLAS calls use one thread; re-entrant: the outermost context of a
-    thread sets the limit and restores the previous count. The ``threadpoolctl`` controller (~10 ms) is created
-    again only when modules were imported since (one may have loaded another BLAS library, e.g. SciPy's); each use
+    """Context in which BLAS calls use one thread. The thread count of a BLAS library is one setting of the process,
+    not of a thread: the first context to open (in any thread) sets it to one and the last to close restores it, so
+    that searches running side by side all compute with one thread (and give the same floats as a search alone)
+    whatever the order they start and end in; re-entrant. The ``threadpoolctl`` controller (~10 ms) is created again
+    only when modules were imported since (one may have loaded another BLAS library, e.g. SciPy's); each use
     otherwise costs microseconds."""
-    depth = getattr(_LOCAL, "depth", 0)
-    if depth == 0:
-        if not _CONTROLLER or _CONTROLLER[0][0] != len(sys.modules):
-            from threadpoolctl import ThreadpoolController
+    with _LIMIT_LOCK:
+        if _LIMIT["depth"] == 0:
+            if not _CONTROLLER or _CONTROLLER[0][0] != len(sys.modules):
+                from threadpoolctl import ThreadpoolController
 
-            n_modules = len(sys.modules)
-            _CONTROLLER[:] = [(n_modules, ThreadpoolController())]
-        _LOCAL.limiter = _CONTROLLER[0][1].limit(limits=1, user_api="blas")
-    _LOCAL.depth = depth + 1
+                n_modules = len(sys.modules)
+                _CONTROLLER[:] = [(n_modules, ThreadpoolController())]
+            _take_blas_control()
+            _LIMIT["limiter"] = _CONTROLLER[0][1].limit(limits=1, user_api="blas")
+        _LIMIT["depth"] += 1
     try:
         yield
     finally:
-        _LOCAL.depth -= 1
-        if _LOCAL.depth == 0:
-            _LOCAL.limiter.restore_original_limits()
-            _LOCAL.limiter = None
+        with _LIMIT_LOCK:
+            _LIMIT["depth"] -= 1
+            if _LIMIT["depth"] == 0:
+                _take_blas_control()
+                _LIMIT["limiter"].restore_original_limits()
+                _LIMIT["limiter"] = None
+
+
+def _take_blas_control() -> None:
+    """Let the calling thread set OpenBLAS's thread count: threadpoolctl 3.8 lets only the first thread that set it
+    change it again (others silently do nothing), while here whichever thread opens the first context or closes the
+    last one sets it, under :data:`_LIMIT_LOCK`."""
+    from threadpoolctl import OpenBLASController
+
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
 
 
 _POOLS: dict = {}
