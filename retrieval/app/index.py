@@ -51,6 +51,7 @@ from retrieval.app.index_support import (  # noqa: F401 (SyncReport, walk_photos
 from retrieval.app.query import Query, make_query, query_features
 from retrieval.app.searcher import Match, Searcher, Searchers, default_verify_threads
 from retrieval.app.shards import check_shards, shard_count
+from retrieval.app.store_forms import check_compact_features
 from retrieval.core.checks import check_scalar
 from retrieval.core.threads import single_threaded_blas
 from retrieval.engine.backend import default_verification_cache_mb
@@ -106,7 +107,8 @@ class Index:
     # ------------------------------------------------------------------ construction
     @classmethod
     def create(cls, path, preset="default", model=None, train_images=None, *, feature_store=None,
-               exist_ok: bool = False, train_on: str = "auto", shards: int = 1, **options) -> Index:
+               exist_ok: bool = False, train_on: str = "auto", shards: int = 1, compact_features: int = 0,
+               **options) -> Index:
         """Create an empty index folder for ``preset``.
 
         Parameters
@@ -122,6 +124,8 @@ class Index:
         train_on : {"auto", "collection", "generic"} — the model's source without ``model`` or ``train_images``
             (:mod:`retrieval.app.generic_models`; auto: the generic model up to the preset's ``GENERIC_UP_TO`` images)
         shards : int — shards of the searchable state (:mod:`retrieval.app.shards`), fixed at creation
+        compact_features : {0, 16, 32} — keep the features in compact form with codes of this many bytes a
+            descriptor (:mod:`retrieval.app.store_forms`); 0: in full
         **options : ``verification_cache_mb``, ``verify_threads`` (:meth:`open`)
         """
         path = Path(path)
@@ -130,6 +134,7 @@ class Index:
         if train_on not in TRAIN_ON:
             raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}; got {train_on!r}.")
         shards = check_shards(preset, shards)
+        compact_features = check_compact_features(compact_features)
         if (path / "catalog.db").exists():
             if not exist_ok:
                 raise ValueError(f"{path}: an index already exists here (use Index.open, or another folder).")
@@ -155,7 +160,8 @@ class Index:
                      preset_digest=preset_digest(preset), library_version=__version__,
                      feature_store=None if feature_store is None else str(Path(feature_store).resolve()),
                      train_images=None if train_images is None else [os.path.abspath(str(p)) for p in train_images],
-                     model=None, train_on=train_on, shards=shards, decoder=DEFAULT_DECODER)
+                     model=None, train_on=train_on, shards=shards, decoder=DEFAULT_DECODER,
+                     compact_features=compact_features)
         cat.db.execute("PRAGMA wal_checkpoint(TRUNCATE);")
         cat.close()
         os.replace(tmp, path / "catalog.db")
@@ -230,6 +236,17 @@ class Index:
             with self._lock:
                 self._store = store
         return store
+
+    @property
+    def owns_store(self) -> bool:
+        """Whether the feature store is the index's own (``<path>/features``; :mod:`retrieval.app.store_forms`)."""
+        return not self.catalog.get_meta("feature_store")
+
+    @property
+    def compact_features(self) -> int:
+        """Bytes of a stored descriptor's codes when the index keeps its features in compact form, else 0
+        (:mod:`retrieval.app.store_forms`)."""
+        return int(self.catalog.get_meta("compact_features") or 0)
 
     def writer_lock(self):
         """The index's writer lock (:meth:`IndexFolder.writer_lock`), held by every sync, remove and repair."""
@@ -332,10 +349,13 @@ class Index:
         with self.writer_lock():
             return Writer(self).remove(paths)
 
-    def compact(self, retrain: bool = False) -> dict:
+    def compact(self, retrain: bool = False, compact_features: int | None = None) -> dict:
         """Merge the segments of the searchable state into one (``retrieval compact``; :meth:`Writer.compact
-        <retrieval.app.index_build.Writer.compact>`)."""
+        <retrieval.app.index_build.Writer.compact>`); ``compact_features``: the index keeps its features in this
+        compact form from now on, the store converted (:mod:`retrieval.app.store_forms`)."""
         with self.writer_lock():
+            if compact_features is not None:
+                self.catalog.set_meta(compact_features=check_compact_features(compact_features))
             try:
                 return Writer(self).compact(retrain=retrain)
             except Exception:
@@ -370,7 +390,8 @@ class Index:
         rows = CatalogRows(lambda: self.catalog)   # each thread reads through its own connection
         return Searcher(generation=gen, backend=backend, rows=rows, store=self.store,
                         extractor=self.extractor, cache=self.searchers.new_cache(newest, signature),
-                        verify_threads=self.verify_threads, signature=signature)
+                        verify_threads=self.verify_threads, signature=signature,
+                        features_form="compact" if self.compact_features else "full")
 
     def query(self, image, bbox=None) -> Query:
         """The :class:`Query` of an indexed image (path or id), any image file or :class:`LocalFeatures`,

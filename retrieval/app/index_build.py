@@ -22,6 +22,7 @@ from retrieval.app.catalog import CatalogChanges
 from retrieval.app.duplicate_codes import keep_codes
 from retrieval.app.generic_models import generic_model, provenance
 from retrieval.app.index_support import LazyFeatures, SyncReport, file_stat, image_meta, progress_callback
+from retrieval.app.store_forms import compact_added, convert_store
 from retrieval.core.persistence import crash_point
 from retrieval.engine.presets import preset_config
 from retrieval.features.image import IMAGE_EXTENSIONS
@@ -248,7 +249,7 @@ class Writer:
         t0, t_stage = plan.t0, plan.t_stage
         # 2. features (feature store: complete entries only; resumable)
         store, key = self.store, self.extractor.config_key
-        need = [p for p in to_add if (hashes[p], key) not in store]
+        need = [p for p in to_add if not store.has_full(hashes[p], key)]   # the encoders read the exact features
         self.extract(need, hashes, workers, progress, report)
         failed = {p for p, _ in report.errors}
         report.changed = len(changed - failed)   # counted once indexed: an unreadable file is neither
@@ -303,6 +304,9 @@ class Writer:
                 orientation = 1
             row.update(n_features=n_feat, width=width, height=height, orientation=orientation)
 
+        # 4b. the compact form the verification reads (retrieval.features.compact), written before the photos
+        # are published so that a published photo is always verified the same
+        compacted = compact_added(self.index, [hashes[p] for p in add_paths], rows)
         report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
         # 5. the new generation, then ONE catalog transaction (IndexFolder.publish)
@@ -320,6 +324,8 @@ class Writer:
         except OSError as exc:   # a cache: the duplicates run encodes what is missing
             logger.warning("%s: the duplicate codes of the photos added were not kept (%s); 'retrieval duplicates' "
                            "will compute them", self.folder.path, exc)
+        if compacted and self.index.owns_store:   # 7. the full features of the photos compacted (a store given at
+            store.drop_full(key, compacted)         # creation keeps them)
         report.stage_seconds["codes"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - t0
         logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
@@ -357,9 +363,11 @@ class Writer:
         (nothing is written then)."""
         t0 = time.perf_counter()
         gen = self.catalog.generation()
-        out = {"generation": gen, "segments_before": None, "segments_after": None, "images": 0, "seconds": 0.0}
+        out = {"generation": gen, "segments_before": None, "segments_after": None, "images": 0, "seconds": 0.0,
+               "features": {"compact": 0, "full_dropped": 0}}
         if not gen:
             return out
+        out["features"] = convert_store(self.index)
         self.folder.cleanup(keep=[gen])
         backend = self.folder.load_backend(gen, fallback=False)
         info = backend.segment_info()

@@ -134,11 +134,17 @@ def repair_index(idx) -> dict:
             out["could_not"].append(f"{len(missing)} images have no features in the store (first: {missing[0]}): "
                                     f"run 'retrieval index' to extract them again")
             return out
+        approximate = exact_features_again(store, idx.extractor, indexed)
         backend = folder.new_backend()
         folder.load_model_into(backend)
         backend.load_state(None)
         backend.add(np.asarray([r["id"] for r in indexed], np.int64),
                     LazyFeatures(store, key, [r["hash"] for r in indexed]))
+        if idx.owns_store:
+            store.drop_full(key, [r["hash"] for r in indexed])
+        if approximate:
+            out["repaired"].append(f"{approximate} images whose file is gone or changed were encoded from their "
+                                   f"compact features (docs/formats.md)")
         run_id = idx.catalog.start_run("check --repair")
         new_gen = folder.publish(idx.catalog, backend, CatalogChanges(
             run_id=run_id, next_id=int(idx.catalog.get_meta("next_id", 0))), after=gen, keep_previous=False)
@@ -206,3 +212,23 @@ def restore_catalog(index_path) -> str | None:
     shutil.copyfile(backup, tmp)
     tmp.replace(main)
     return f"{main.name} restored from {backup.name} (the damaged file kept as catalog.db.damaged)"
+
+
+def exact_features_again(store, extractor, rows) -> int:
+    """Extract again into ``store`` the full features of the indexed ``rows`` whose entry is compact only (the
+    encoders need the exact ones), from their file when it still has the indexed content; returns how many are left
+    to be encoded from their compact form (the file gone or changed)."""
+    from retrieval.features.store import file_hash
+
+    key, left = extractor.config_key, 0
+    for r in rows:
+        if store.has_full(r["hash"], key):
+            continue
+        try:
+            if file_hash(r["path"]) != r["hash"]:
+                left += 1
+                continue
+            store.put(r["hash"], extractor(r["path"]), key)
+        except Exception:  # noqa: BLE001 - an unreadable file: its compact form is what is left
+            left += 1
+    return left

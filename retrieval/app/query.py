@@ -92,9 +92,14 @@ def query_features(image, *, catalog, store, extractor, index_path) -> tuple[Loc
             logger.warning("%s changed since it was indexed: searching with its current content (run "
                            "'retrieval index' to update the index)", row["path"])
             return extractor(row["path"]), None
-        f = store.get(row["hash"], extractor.config_key)
-        if f is not None:
-            return f, row
+        # the exact features when stored; a photo whose store entry is compact (retrieval.features.compact) is
+        # described again from its file, and searched with the compact form only when the file is gone
+        if store.has_full(row["hash"], extractor.config_key) or not os.path.isfile(row["path"]):
+            f = store.get(row["hash"], extractor.config_key)
+            if f is not None:
+                return f, row
+        else:
+            return extractor(row["path"]), row
         if not os.path.isfile(row["path"]):
             raise ValueError(f"indexed image {row['path']!r}: its features are missing from the store and "
                              f"the file is gone; run 'retrieval index' again.")

@@ -83,10 +83,11 @@ class Searcher:
     cache : BytesLRU — described database images kept across searches
     verify_threads : int — images verified side by side in one search
     signature : str or None — the model's manifest hash (:meth:`IndexFolder.model_signature`)
+    features_form : {"full", "compact"} — the form of the stored features verified (:mod:`retrieval.app.store_forms`)
     """
 
     def __init__(self, *, generation: int, backend: Backend, rows, store, extractor,
-                 cache: BytesLRU, verify_threads: int, signature: str | None = None):
+                 cache: BytesLRU, verify_threads: int, signature: str | None = None, features_form: str = "full"):
         self.generation = int(generation)
         self.backend = backend
         self.rows = rows
@@ -95,6 +96,7 @@ class Searcher:
         self.cache = cache
         self.verify_threads = int(verify_threads)
         self.signature = signature
+        self.features_form = features_form
 
     @property
     def config(self):
@@ -110,7 +112,7 @@ class Searcher:
         r = self.rows.get(int(image_id))
         if r is None:
             return _no_features(self.extractor)
-        f = self.store.get(r["hash"], self.extractor.config_key)
+        f = self.store.get(r["hash"], self.extractor.config_key, prefer=self.features_form)
         return self.extractor(r["path"]) if f is None else f
 
     # ------------------------------------------------------------------ search

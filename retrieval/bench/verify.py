@@ -67,12 +67,13 @@ def unrelated_pairs(groups, n: int, random_state: int = 0) -> np.ndarray:
 
 
 def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None, cells=None,
-                  query_features: int = 0) -> dict:
+                  query_features: int = 0, database_features=None) -> dict:
     """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair (query image, database image); with
     ``cells`` (a :class:`~retrieval.rerank.cells.MatchCells` of the RootSIFT space), the matches of pairs of at least
     :data:`~retrieval.rerank.cells.EXACT_BELOW` comparisons are those of the probed test, as the verifier makes them;
     ``query_features`` > 0: the query side keeps its largest features, as the presets'
-    ``search.verify_query_features`` makes it.
+    ``search.verify_query_features`` makes it. ``database_features``: the database side of each pair read from these
+    instead (the same images as a compact feature store returns them, for instance).
 
     Returns
     -------
@@ -93,9 +94,11 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
             queries[i] = (f, matcher.described(f, roles=("query",)))
         return queries[i]
 
+    stored = features if database_features is None else database_features
+
     def database(i):
         if i not in databases:
-            databases[i] = matcher.described(features[i], roles=("database",))
+            databases[i] = matcher.described(stored[i], roles=("database",))
         return databases[i]
 
     def matches(a, b):
@@ -192,12 +195,15 @@ def shortlist_speed(features, groups, *, n_queries: int = 20, shortlist: int = 5
 
 def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, random_state: int = 0,
                  ratio: float = 0.85, thresholds=range(4, 21), min_inliers: int = DEFAULT_MIN_INLIERS,
-                 speed_queries: int = 20, progress=None, match_cells: bool = False, query_features: int = 0) -> dict:
+                 speed_queries: int = 20, progress=None, match_cells: bool = False, query_features: int = 0,
+                 compact_features: int = 0) -> dict:
     """False- and true-verification rates on UKBench and Holidays, the trade-off over ``thresholds`` and the
     shortlist speed (see the module doc). ``n_unrelated`` unrelated pairs in all, half from each set.
     ``match_cells``: tentative matches as a verifier with match cells makes them (cells learnt on 200,000 RootSIFT
     descriptors of both sets, as an object preset learns them on its collection). ``query_features``: the query
     side of each pair keeps its largest features (the presets' ``search.verify_query_features``; 0: all).
+    ``compact_features`` (16 or 32): the database side of each pair as a compact feature store returns it, with a
+    codebook of that many bytes learnt on the features of both sets (as an index learns it on its photos).
 
     Features: the ``features`` section of the ``default`` preset (Hessian-affine, ``max_side`` 1024), read from
     or written to ``store`` (a :class:`FeatureStore`).
@@ -219,13 +225,22 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
 
         cells = train_cells([f for fs in feats_of.values() for f in fs], True, random_state)
         out["match_cells"] = {"cells": len(cells.centres), "probes": cells.probes}
+    stored = feats_of
+    if compact_features:
+        from retrieval.features.compact import DescriptorCodebook, as_stored
+
+        book = DescriptorCodebook.learn(np.concatenate([f.descriptors for fs in feats_of.values() for f in fs]),
+                                        M=int(compact_features), seed=random_state)
+        stored = {name: [as_stored(f, book) for f in fs] for name, fs in feats_of.items()}
+        out["compact_features"] = int(compact_features)
     for k, (name, (paths, groups)) in enumerate(sets.items()):
         feats = feats_of[name]
         n = n_unrelated // 2 + (n_unrelated % 2 if k == 0 else 0)
         pu = unrelated_pairs(groups, n, random_state + k)
         pt = true_pairs(groups)
-        eu = pair_evidence(feats, pu, ratio=ratio, progress=progress, cells=cells, query_features=query_features)
-        et = pair_evidence(feats, pt, ratio=ratio, progress=progress, cells=cells, query_features=query_features)
+        kw = {"ratio": ratio, "progress": progress, "cells": cells, "query_features": query_features,
+              "database_features": stored[name]}
+        eu, et = pair_evidence(feats, pu, **kw), pair_evidence(feats, pt, **kw)
         all_u.append(eu["evidence"])
         all_t.append(et["evidence"])
         worst = np.argsort(-eu["evidence"])[:5]

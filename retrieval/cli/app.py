@@ -19,6 +19,7 @@ from retrieval.cli.options import (
     box_option,
     check_image_file,
     check_output_extension,
+    compact_features_option,
     deprecated_alias,
     echo_json,
     json_option,
@@ -74,6 +75,8 @@ def _verbose(ctx) -> int:
 @workers_option()
 @cluster_option()
 @shards_option
+@compact_features_option(help="A new index keeps its features in compact form, with codes of this many bytes a "
+                              "descriptor (docs/results.md \"The compact feature store\") [default: 0, in full].")
 @click.option("--add-root", is_flag=True, help="PHOTO_DIR is another folder: follow it as well as the index's.")
 @click.option("--replace-root", is_flag=True,
               help="PHOTO_DIR is another folder: follow only it (the other folders' images are dropped).")
@@ -90,7 +93,8 @@ def _verbose(ctx) -> int:
 @json_option("Print the sync report as JSON.")
 @click.pass_context
 def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_store, max_megapixels, workers,
-              cluster, shards, add_root, replace_root, prune, include, strict, retrain, skip_errors, as_json):
+              cluster, shards, compact_features, add_root, replace_root, prune, include, strict, retrain, skip_errors,
+              as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
     New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
@@ -114,7 +118,11 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         idx = Index.open(index_dir)
     else:
         idx = Index.create(index_dir, preset=preset or "default", model=model_dir, feature_store=feature_store,
-                           train_on=train_on, shards=shards or 1, exist_ok=True)
+                           train_on=train_on, shards=shards or 1, exist_ok=True,
+                           compact_features=int(compact_features or 0))
+    if compact_features is not None and idx.compact_features != int(compact_features):
+        raise click.ClickException(f"--compact-features {compact_features}: this index keeps {idx.compact_features}; "
+                                   f"'retrieval compact --compact-features N' changes it.")
     if model_dir and idx.catalog.get_meta("model") is None:
         idx.import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
@@ -344,17 +352,21 @@ def remove_cmd(paths, index_dir):
 @main.command("compact")
 @_index_option
 @click.option("--retrain", is_flag=True, help="Also train the IVFADC quantiser again on the collection as it is now.")
+@compact_features_option()
 @json_option("Print what was merged as JSON.")
-def compact_cmd(index_dir, retrain, as_json):
-    """Merge the segments of the index's search state into one, dropping the rows of removed images. Syncs merge
-    small segments themselves; this is the full merge (bounded by one segment's memory), safe to interrupt."""
+def compact_cmd(index_dir, retrain, compact_features, as_json):
+    """Merge the segments of the index's search state into one, dropping the rows of removed images (syncs merge
+    small segments themselves; safe to interrupt); with --compact-features, or in an index that keeps its features
+    in compact form, convert the feature store (docs/formats.md)."""
     from retrieval.app.index import Index
 
     idx = Index.open(_index_dir(index_dir))
-    out = idx.compact(retrain=retrain)
+    out = idx.compact(retrain=retrain, compact_features=None if compact_features is None else int(compact_features))
     if as_json:
-        click.echo(json.dumps(out, indent=2))
-    elif out["segments_before"] is None:
+        return click.echo(json.dumps(out, indent=2))
+    if (feats := out["features"])["compact"]:
+        click.echo(f"features: {feats['compact']} photo(s) in compact form, {feats['full_dropped']} full removed")
+    if out["segments_before"] is None:
         click.echo(f"preset {idx.preset['name']!r} writes one search state per generation: nothing to merge.")
     else:
         click.echo(f"{out['segments_before']} segment(s) merged into {out['segments_after']} ({out['images']} images, "

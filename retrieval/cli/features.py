@@ -320,10 +320,13 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
 @click.option("--query-features", type=click.IntRange(min=0), default=0, show_default=True,
               help="The query side of each pair keeps its N largest features, as the presets' "
                    "search.verify_query_features (1000) makes it; 0: all.")
+@click.option("--compact-features", type=click.Choice(["0", "16", "32"]), default="0", show_default=True,
+              help="The database side of each pair as a compact feature store returns it (codes of this many bytes "
+                   "a descriptor, the codebook learnt on both sets); 0: the full features.")
 @json_option()
 @click.pass_context
 def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, match_cells,
-                     query_features, as_json):
+                     query_features, compact_features, as_json):
     """Geometric verification: false- and true-verification rates on real pairs, trade-off table, speed."""
     from retrieval.bench.verify import bench_verify
     from retrieval.core.progress import callback_for, progress_bar
@@ -332,7 +335,8 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
     with progress_bar(None, "pairs", enabled=not (ctx.obj or {}).get("quiet")) as bar:
         res = bench_verify(ukbench, holidays, store=FeatureStore(feature_store) if feature_store else None,
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
-                           progress=callback_for(bar), match_cells=match_cells, query_features=query_features)
+                           progress=callback_for(bar), match_cells=match_cells, query_features=query_features,
+                           compact_features=int(compact_features))
     if as_json:
         click.echo(json.dumps(res, ensure_ascii=False))
         return

@@ -32,6 +32,15 @@ def json_option(help: str = "Print one JSON object instead of text."):
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def compact_features_option(help: str = "Keep the index's features in compact form, with codes of this many bytes "
+                                        "a descriptor (verification on them; the full ones dropped from the index's "
+                                        "own store; it costs ranking accuracy: docs/results.md \"The compact feature "
+                                        "store\"). 0: in full."):
+    """``--compact-features {0,16,32}`` (parameter ``compact_features``, None when not given)."""
+    return click.option("--compact-features", "compact_features", type=click.Choice(["0", "16", "32"]), default=None,
+                        help=help)
+
+
 def seed_option(help: str = "Random seed."):
     """``--seed`` (default 0): every random draw of the command follows from it."""
     return click.option("--seed", type=int, default=0, show_default=True, help=help)
