@@ -482,9 +482,8 @@ class Index:
             "error_files": [{"path": r["path"], "error": r["error"]} for r in errors],
             "roots": self.roots,
             "excluded": self.excluded,
-            "bytes_on_disk": int(size),
-            "runs": len(runs),
-            "last_run": runs[-1] if runs else None,
+            "bytes_on_disk": int(size), "compact_features": self.compact_features,
+            "runs": len(runs), "last_run": runs[-1] if runs else None,
         }
 
     def close(self) -> None:
