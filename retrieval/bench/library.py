@@ -91,12 +91,12 @@ def _sync_result(idx, report, seconds) -> dict:
             "generation": report.generation, "images": idx.catalog.count("indexed")}
 
 
-def step_build(index, photos, preset, store_dir, paths=None) -> dict:
+def step_build(index, photos, preset, store_dir, paths=None, compact_features=0) -> dict:
     """``Index.create`` then a sync of the folder ``photos`` (or of the explicit ``paths``)."""
     from retrieval.app.index import Index
 
     t0 = time.perf_counter()
-    idx = Index.create(index, preset=preset, feature_store=store_dir)
+    idx = Index.create(index, preset=preset, feature_store=store_dir, compact_features=compact_features)
     report = idx.sync(paths if paths is not None else photos, workers=1)
     return _sync_result(idx, report, time.perf_counter() - t0)
 
@@ -326,9 +326,11 @@ def _percentile(values, q) -> float:
 
 
 def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: str, queries: int,
-              add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None, tag: str = "") -> dict:
+              add_many: int = 1000, sync_limit: int = SYNC_LIMIT, progress=None, tag: str = "",
+              compact_features: int = 0) -> dict:
     """Every figure for one N (module docstring); ``progress(message)`` is told each step; ``tag``: suffix of the
-    folder of the sources' kind (their replicas differ)."""
+    folder of the sources' kind (their replicas differ); ``compact_features``: the index keeps its features in
+    compact form (its synced photos verified on it; photos injected beyond ``sync_limit`` keep the full form)."""
     say = progress or (lambda message: None)
     base = workdir / f"library{tag}-{n}"
     photos, index = base / "photos", base / f"index-{preset}"
@@ -346,7 +348,7 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     say(f"N={n}: build ({min(n, sync_limit) if injected else n} photos through the sync)")
     paths = [str(replica_path(photos, i)) for i in range(sync_limit)] if injected else None
     build, rss["build"] = run_step("build", base, index=str(index), photos=str(photos), preset=preset,
-                                   store_dir=store_dir, paths=paths)
+                                   store_dir=store_dir, paths=paths, compact_features=compact_features)
     synced = min(n, sync_limit) if injected else n
     out.update(built_images=build["images"], synced_photos=synced, build_s=build["seconds"],
                add_photos_per_s=round(synced / build["seconds"], 1), build_stage_s=build["stage_seconds"],
@@ -402,6 +404,10 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
     out.update(search_bytes_per_photo=round(search_state_bytes(index, generation) / images, 1),
                feature_bytes_per_photo=round(float(np.mean(entry_sizes)), 1),
                feature_bytes_on_disk_per_photo=round(sum(inodes.values()) / images, 1),
+               compact_features=int(compact_features),
+               verified_feature_bytes_per_photo=round(float(np.mean([store.entry_bytes(h, key, "compact" if
+                                                                    compact_features else "full")
+                                                                    for h in hashes])), 1),
                catalog_bytes_per_photo=round((index / "catalog.db").stat().st_size / images, 1),
                model_bytes=_tree_bytes(index / "model"))
 
@@ -436,7 +442,7 @@ def bench_one(n: int, *, preset: str, workdir: Path, sources: dict, store, key: 
 
 def bench_library(ns, *, preset="default", workdir="bench-library", data_dir="../shared/data", queries: int = 50,
                   add_many: int = 1000, sync_limit: int = SYNC_LIMIT, sources: int | None = None, workers=None,
-                  progress=None, full_size: bool = False):
+                  progress=None, full_size: bool = False, compact_features: int = 0):
     """Yield the figures of :func:`bench_one` for each N of ``ns`` (the sources extracted first, when missing;
     ``sources``: use only that many source photos; ``full_size``: replicate only the photos that are not
     thumbnails, :func:`~retrieval.bench.library_photos.full_size_photos`)."""
@@ -460,7 +466,7 @@ def bench_library(ns, *, preset="default", workdir="bench-library", data_dir="..
     for n in ns:
         res = bench_one(int(n), preset=preset, workdir=workdir, sources=srcs, store=store,
                         key=extractor.config_key, queries=queries, add_many=add_many, sync_limit=sync_limit,
-                        progress=progress, tag=tag)
+                        progress=progress, tag=tag, compact_features=compact_features)
         res.update(extract_s_per_photo=srcs["extract_s_per_photo"], source_photos=len(srcs["paths"]),
                    full_size=bool(full_size))
         yield res

@@ -44,11 +44,14 @@ def _cell(value, fmt: str) -> str:
 @click.option("--full-size", is_flag=True,
               help="Replicate only the photos of the shared data that are not thumbnails (the 112 of minibench and "
                    "the 133 of Oxford, 1,024 px after the presets' resize).")
+@click.option("--compact-features", type=click.Choice(["0", "16", "32"]), default="0", show_default=True,
+              help="The index keeps its features in compact form (retrieval index --compact-features): its synced "
+                   "photos are verified on it.")
 @workers_option("Extraction processes for the source photos (once per workdir).")
 @json_option("Print one JSON object per N, one per line.")
 @click.pass_context
 def bench_library_cmd(ctx, ns, preset, workdir, data_dir, queries, add_many, sync_limit, n_sources, full_size,
-                      workers, as_json):
+                      compact_features, workers, as_json):
     """Build an index of N photos (real photos replicated under distinct names with perturbed features; bulk
     injection beyond 10,000 for global presets, docs/benchmarks.md) and measure, through the product's own
     paths: photos added per second, a sync with nothing changed (and the walk and stat of the tree alone),
@@ -63,7 +66,7 @@ def bench_library_cmd(ctx, ns, preset, workdir, data_dir, queries, add_many, syn
         click.echo("  ".join(f"{h:>{max(len(h), 6)}}" for _, h, _ in COLUMNS))
     for res in bench_library(ns, preset=preset, workdir=workdir, data_dir=data_dir, queries=queries,
                              add_many=add_many, sync_limit=sync_limit or SYNC_LIMIT, sources=n_sources,
-                             workers=workers, full_size=full_size,
+                             workers=workers, full_size=full_size, compact_features=int(compact_features),
                              progress=(lambda m: click.echo(m, err=True)) if talk else None):
         rows.append(res)
         if as_json:

@@ -16,13 +16,13 @@ KEYS = ("n", "preset", "add_photos_per_s", "nochange_sync_s", "walk_stat_s", "ad
         "query_verified_p50_ms", "api_info_ms", "api_page_ms", "search_bytes_per_photo", "feature_bytes_per_photo")
 
 
-@pytest.mark.parametrize("preset", ["default", "accurate"])
-def test_bench_library_tiny_library_end_to_end(tmp_path, preset):
+@pytest.mark.parametrize("preset, compact", [("default", "0"), ("accurate", "0"), ("default", "16")])
+def test_bench_library_tiny_library_end_to_end(tmp_path, preset, compact):
     data = shared_path()
     shared_path("real", "oxford133", "jpg")
     res = run(["bench", "library", "--n", "60", "--workdir", tmp_path / "w", "--data", data, "--queries", "2",
                "--add-many", "10", "--sync-limit", "40", "--sources", "8", "--workers", "1", "--json",
-               "--preset", preset])
+               "--preset", preset, "--compact-features", compact])
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -45,6 +45,11 @@ def test_bench_library_tiny_library_end_to_end(tmp_path, preset):
     assert out["search_bytes_per_photo"] > 0 and out["catalog_bytes_per_photo"] > 0
     # hard-linked entries (the 20 injected) count whole per photo, once on disk
     assert out["feature_bytes_per_photo"] > out["feature_bytes_on_disk_per_photo"] > 0
+    assert out["compact_features"] == int(compact)
+    if compact == "0":      # verified on the full entries
+        assert out["verified_feature_bytes_per_photo"] == out["feature_bytes_per_photo"]
+    else:                   # the 40 synced photos on compact entries (about a fifth), the 20 injected in full
+        assert out["verified_feature_bytes_per_photo"] < 0.6 * out["feature_bytes_per_photo"]
 
 
 def test_bench_library_names_a_missing_data_folder(tmp_path):
