@@ -14,6 +14,7 @@ import numpy as np
 
 from retrieval import aggregation as A
 from retrieval.core.persistence import load_estimator
+from retrieval.core.threads import single_threaded_blas
 from retrieval.engine.config import AGGREGATION_METHODS
 from retrieval.engine.presets import preset_config, record_reduction, vocabulary_cap
 from retrieval.features.pca import LocalPCA
@@ -190,9 +191,12 @@ class GlobalEncoder:
         sparse when ``dense`` is False (PCA training)."""
         from retrieval.aggregation.normalize import issparse  # scipy.sparse is imported only by a sparse BoW
 
-        V = self.aggregator.transform([self.local(f) for f in features])
-        if project and self.projection is not None:
-            V = self.projection.transform(V)
+        # one BLAS thread: the same floats wherever an image is encoded (a sync, a cluster's worker, whose Dask
+        # nanny sets one thread, a server's thread), since a multi-threaded BLAS sums small products in another order
+        with single_threaded_blas():
+            V = self.aggregator.transform([self.local(f) for f in features])
+            if project and self.projection is not None:
+                V = self.projection.transform(V)
         if issparse(V):
             if not dense:
                 return V.astype(np.float32)
