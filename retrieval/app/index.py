@@ -146,6 +146,9 @@ class Index:
             if shards != 1 and shards != shard_count(idx.catalog):
                 raise ValueError(f"{path}: this index has {shard_count(idx.catalog)} shard(s); --shards is fixed "
                                  f"when an index is created (got {shards}).")
+            if compact_features and compact_features != idx.compact_features:
+                raise ValueError(f"{path}: this index keeps compact_features={idx.compact_features} (got "
+                                 f"{compact_features}); Index.compact(compact_features=N) changes it.")
             return idx
         if path.exists() and any(not p.name.startswith("catalog.db.tmp") for p in path.iterdir()):
             raise ValueError(f"{path}: folder exists and is not empty; refusing to create an index in it.")
@@ -244,8 +247,7 @@ class Index:
 
     @property
     def compact_features(self) -> int:
-        """Bytes of a stored descriptor's codes when the index keeps its features in compact form, else 0
-        (:mod:`retrieval.app.store_forms`)."""
+        """Bytes of a stored descriptor's codes when the index keeps its features in compact form, else 0."""
         return int(self.catalog.get_meta("compact_features") or 0)
 
     def writer_lock(self):
@@ -350,9 +352,8 @@ class Index:
             return Writer(self).remove(paths)
 
     def compact(self, retrain: bool = False, compact_features: int | None = None) -> dict:
-        """Merge the segments of the searchable state into one (``retrieval compact``; :meth:`Writer.compact
-        <retrieval.app.index_build.Writer.compact>`); ``compact_features``: the index keeps its features in this
-        compact form from now on, the store converted (:mod:`retrieval.app.store_forms`)."""
+        """Merge the segments of the searchable state into one (``retrieval compact``, :meth:`Writer.compact`);
+        ``compact_features``: keep the features in this form from now on, the store converted (``store_forms``)."""
         with self.writer_lock():
             if compact_features is not None:
                 self.catalog.set_meta(compact_features=check_compact_features(compact_features))

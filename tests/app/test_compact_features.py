@@ -102,6 +102,14 @@ def test_converter_of_an_existing_index_and_its_command(tmp_path, pool):
     assert res.exit_code == 2 and "'8' is not one of" in res.output
     with pytest.raises(ValueError, match="compact_features must be one of 0, 16, 32"):
         Index.create(tmp_path / "bad", small_preset(), compact_features=8)
+    with pytest.raises(ValueError, match="keeps compact_features=16 \\(got 32\\)"):
+        Index.create(tmp_path / "i", small_preset(), exist_ok=True, compact_features=32)
+    assert Index.create(tmp_path / "i", small_preset(), exist_ok=True, compact_features=16).compact_features == 16
+    photos2 = tmp_path / "other"
+    photos2.mkdir()
+    shutil.copy(pool[12], photos2)
+    res = CliRunner().invoke(main, ["index", str(photos2), "--index", str(tmp_path / "i"), "--compact-features", "0"])
+    assert res.exit_code == 1 and "this index keeps 16" in res.output
 
 
 def test_what_needs_full_features_gets_them_again_exactly(tmp_path, pool):
