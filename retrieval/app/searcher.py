@@ -112,8 +112,7 @@ class Searcher:
         r = self.rows.get(int(image_id))
         if r is None:
             return _no_features(self.extractor)
-        f = self.store.get(r["hash"], self.extractor.config_key, **({"prefer": "compact"}
-                                                                   if self.features_form == "compact" else {}))
+        f = self.store.get(r["hash"], self.extractor.config_key, prefer=self.features_form)
         return self.extractor(r["path"]) if f is None else f
 
     # ------------------------------------------------------------------ search

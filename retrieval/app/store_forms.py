@@ -23,12 +23,14 @@ default.
 
 from __future__ import annotations
 
+from retrieval.app.catalog import SCAN_COLUMNS
+
 __all__ = ["COMPACT_CHOICES", "check_compact_features", "compact_added", "convert_store"]
 
 COMPACT_CHOICES = (0, 16, 32)
 """Bytes of a stored descriptor's codes: 0 (the full form only), 16 or 32."""
 
-STATUS, HASH = 4, 5   # columns of Catalog.scan rows (path, id, size, mtime, status, hash)
+STATUS, HASH = SCAN_COLUMNS.index("status"), SCAN_COLUMNS.index("hash")   # columns of Catalog.scan rows
 
 
 def check_compact_features(value) -> int:

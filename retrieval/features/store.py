@@ -144,41 +144,20 @@ class FeatureStore:
         return default
 
     def _get_full(self, content_hash: str, config_key: str):
-        path = self.entry_path(content_hash, config_key)
-        if not path.is_file():
+        got = _read_entry(self.entry_path(content_hash, config_key), config_key, ("frames", "descriptors"))
+        if got is None:
             return None
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                header = json.loads(bytes(z["__header__"]).decode("utf-8"))
-                frames = z["frames"]
-                desc = z["descriptors"]
-                size = tuple(int(v) for v in z["image_size"])
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            logger.warning("removing corrupt feature-store entry %s (%s)", path, exc)
-            path.unlink(missing_ok=True)
-            return None
-        if header.get("format") != STORE_FORMAT or header.get("config_key") != config_key:
-            return None
+        header, (frames, desc), size = got
         if desc.dtype == np.float16:
             desc = desc.astype(np.float32)
         return LocalFeatures(frames=frames, descriptors=desc, image_size=size, config=header.get("config", {}))
 
     def _get_compact(self, content_hash: str, config_key: str):
         path = self.compact_path(content_hash, config_key)
-        if not path.is_file():
+        got = _read_entry(path, config_key, ("xy", "shape", "codes"), COMPACT_FORMAT_VERSION)
+        if got is None:
             return None
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                header = json.loads(bytes(z["__header__"]).decode("utf-8"))
-                xy, shape, codes = z["xy"], z["shape"], z["codes"]
-                size = tuple(int(v) for v in z["image_size"])
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            logger.warning("removing corrupt feature-store entry %s (%s)", path, exc)
-            path.unlink(missing_ok=True)
-            return None
-        if header.get("format") != STORE_FORMAT or header.get("config_key") != config_key \
-                or header.get("format_version") != COMPACT_FORMAT_VERSION:
-            return None
+        header, (xy, shape, codes), size = got
         book = self._codebook(config_key, str(header.get("codebook", "")))
         if book is None:
             logger.warning("feature-store entry %s names codebook %r, which is missing or damaged", path,
@@ -266,14 +245,8 @@ class FeatureStore:
         xy, shape = pack_frames(features.frames, features.image_size)
         header = {"format": STORE_FORMAT, "format_version": COMPACT_FORMAT_VERSION, "config_key": config_key,
                   "content_hash": content_hash, "codebook": codebook.digest, "config": features.config}
-        buf = io.BytesIO()
-        np.savez(buf, xy=xy, shape=shape, codes=codebook.encode(features.descriptors),
-                 image_size=np.asarray(features.image_size, dtype=np.int64),
-                 __header__=np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8))
-        path = self.compact_path(content_hash, config_key)
-        with atomic_write(path) as fh:
-            fh.write(buf.getvalue())
-        return path
+        return _write_npz(self.compact_path(content_hash, config_key), header, xy=xy, shape=shape,
+                          codes=codebook.encode(features.descriptors), image_size=features.image_size)
 
     def compact_entries(self, config_key: str, hashes, *, learn_from=None, M: int = CODEBOOK_M) -> int:
         """Write the compact form of the full entries of ``hashes`` that lack one (the codebook learnt first from
@@ -345,13 +318,38 @@ def _write_entry(path: Path, features: LocalFeatures, *, float16: bool, config_k
     if content_hash is not None:
         header["content_hash"] = content_hash
     header["config"] = features.config
+    return _write_npz(path, header, frames=np.asarray(features.frames, dtype=np.float32), descriptors=desc,
+                      image_size=features.image_size)
+
+
+def _write_npz(path: Path, header: dict, *, image_size, **arrays) -> Path:
+    """One store entry: ``arrays``, the image size and the JSON ``header`` in an ``.npz``, written atomically."""
     buf = io.BytesIO()
-    np.savez(buf, frames=np.asarray(features.frames, dtype=np.float32), descriptors=desc,
-             image_size=np.asarray(features.image_size, dtype=np.int64),
+    np.savez(buf, **arrays, image_size=np.asarray(image_size, dtype=np.int64),
              __header__=np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8))
     with atomic_write(path) as fh:
         fh.write(buf.getvalue())
     return path
+
+
+def _read_entry(path: Path, config_key: str, names, version: int | None = None):
+    """``(header, arrays named names, image size)`` of the store entry ``path``; None when absent, of another format,
+    configuration or (given) version, or damaged (logged and removed)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(bytes(z["__header__"]).decode("utf-8"))
+            arrays = tuple(z[n] for n in names)
+            size = tuple(int(v) for v in z["image_size"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        logger.warning("removing corrupt feature-store entry %s (%s)", path, exc)
+        path.unlink(missing_ok=True)
+        return None
+    if header.get("format") != STORE_FORMAT or header.get("config_key") != config_key or \
+            (version is not None and header.get("format_version") != version):
+        return None
+    return header, arrays, size
 
 
 def load_features(path) -> LocalFeatures:

@@ -311,7 +311,7 @@ class ListedBackend:
 
 
 class Store:
-    def get(self, h, key):
+    def get(self, h, key, prefer="full"):
         import numpy as np
 
         from retrieval.features.types import LocalFeatures
