@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.core.cache import BytesLRU, cached
-from retrieval.core.threads import parallel_map
+from retrieval.core.threads import parallel_map, single_threaded_blas
 from retrieval.features.frames import largest
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
@@ -102,15 +102,18 @@ class Verifier:
     query_features: int = 0
 
     def described(self, features, roles=("query", "database")) -> Described:
-        """The frames and compared descriptors of :class:`LocalFeatures`, placed in the match cells for ``roles``."""
+        """The frames and compared descriptors of :class:`LocalFeatures`, placed in the match cells for ``roles``.
+        Computed with one BLAS thread wherever it runs (a search, a duplicates run's workers, a test), so that the
+        same features always give the same floats (OpenBLAS splits even small products across its threads)."""
         frames = np.asarray(features.frames, np.float32) if len(features) else np.zeros((0, 6), np.float32)
-        if len(features) == 0:
-            desc = np.zeros((0, 0), np.float32)
-        elif self.describe is None:
-            desc = rootsift_descriptors(features.descriptors)
-        else:
-            desc = np.asarray(self.describe(features.descriptors), np.float32)
-        return self.side(frames, desc, features.image_size, roles)
+        with single_threaded_blas():
+            if len(features) == 0:
+                desc = np.zeros((0, 0), np.float32)
+            elif self.describe is None:
+                desc = rootsift_descriptors(features.descriptors)
+            else:
+                desc = np.asarray(self.describe(features.descriptors), np.float32)
+            return self.side(frames, desc, features.image_size, roles)
 
     def query_side(self, features) -> Described:
         """A query's side of its pairs: its :attr:`query_features` largest features, described; placed in the match
