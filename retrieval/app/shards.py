@@ -13,10 +13,11 @@ global best: IVFADC candidates by (ADC distance, id) up to ``index.shortlist``, 
 product descending, id) -- the unsharded index's ordering, so the ranked lists are the same. Spatial re-ranking and
 query expansion then run on the client, unchanged.
 
-An object preset without idf (``accurate``) is sharded the same way (:mod:`retrieval.engine.object_parts`): each
+The object presets (``accurate``, ``object``) are sharded the same way (:mod:`retrieval.engine.object_parts`): each
 segment holds the images of one shard (its own postings, signatures and forward index; ``shard`` in the
-generation's list), and a search scores every shard's segments as one collection, so the lists are those of the
-unsharded index. Its shards are searched in the process that opened the index.
+generation's list), and a search scores every shard's segments as one collection (with idf, under the document
+frequencies of all shards' images, each image's normalisation recomputed under them), so the lists are those of the
+unsharded index. Their shards are searched in the process that opened the index.
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ logger = logging.getLogger(__name__)
 
 def check_shards(preset: dict, n_shards) -> int:
     """``n_shards`` as an int, refused (ValueError, one line) below 1, above :data:`MAX_SHARDS`, or > 1 for a preset
-    whose backend cannot be sharded (only ``global`` presets with ``index.type`` exhaustive / ivfadc can)."""
+    whose backend cannot be sharded (``global`` presets with ``index.type`` exhaustive / ivfadc and the object
+    presets can)."""
     if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or not 1 <= n_shards <= MAX_SHARDS:
         raise ValueError(f"--shards must be an integer from 1 to {MAX_SHARDS}; got {n_shards!r}.")
     if n_shards > 1 and not make_backend(preset).shardable:
         raise ValueError(f"--shards {n_shards}: preset {preset['name']!r} (kind {preset['kind']}) cannot be sharded; "
                          f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default) or "
-                         f"an object preset without idf weights (e.g. accurate).")
+                         f"an object preset (accurate, object).")
     return int(n_shards)
 
 

@@ -20,7 +20,7 @@ def shards_option(f):
     """``--shards S`` (parameter ``shards``): split a new index's searchable state into S shards."""
     return click.option("--shards", type=click.IntRange(1, 4096), default=None, metavar="S",
                         help="Split a new index's codes and ids into S shards by a stable hash of the image id "
-                             "(global presets and accurate; fixed at creation) [default: 1].")(f)
+                             "(global presets, accurate and object; fixed at creation) [default: 1].")(f)
 
 
 def open_client(ctx, address):

@@ -50,8 +50,8 @@ class ObjectBackend(Backend):
     def __init__(self, preset: dict, n_shards: int = 1):
         super().__init__(preset)
         self.n_shards = int(n_shards)
-        # shards are scored as one collection exactly when no weight depends on the whole collection (no idf)
-        self.shardable = not self.config.object_search.idf
+        # shards are scored as one collection: with idf, under the weights of all their images (object_parts)
+        self.shardable = True
         self.model = None
         self.state = None
         self.searcher = None

@@ -16,14 +16,18 @@ Scoring several segments as one collection (:func:`view`):
 - the first ``R`` images are chosen by (score, id) (:func:`retrieval.engine.object_scores.topk_by_id`), so the lists do not depend on how the
   images are spread over segments: after any sequence of syncs they equal those of one build.
 
-With idf (the ``object`` preset) every image's weights depend on the whole collection: its state is kept as one
-segment, rewritten at every sync (docs/differences.md).
+With idf (the ``object`` preset) every image's weights depend on the whole collection (Zhu et al. 2013, section
+2.2; the w_c of ASMK*): a view scores every part under the idf of the live images of all parts and recomputes each
+image's normalisation under it (:class:`CollectionWeights`, from the postings, once per view), so segments and
+shards are written once like the others' and rank as one collection. A merge of idf parts is made in memory (the
+merged segment's own saved weights are then its own; views never use them).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +47,8 @@ from retrieval.engine.segments import (
     segments_root,
     shard_of,
 )
+from retrieval.search import smk
+from retrieval.search.postings import live_counts
 
 __all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
 
@@ -92,16 +98,71 @@ class PartsForward(EntryLookup):
         return default
 
 
-class PartsSignatures:
-    """The binary signatures of several parts read as one :class:`retrieval.search.smk.SMKFile` (no idf): rows are
-    the parts' live rows, part after part."""
+class CollectionWeights:
+    """The idf of the live images of several parts and each part's per-image normalisations under it (Tolias et
+    al. 2013, eq. 6 with w_c = idf_c; Zhu et al. 2013, section 2.2): computed the first time a search asks, once per
+    view, under a lock (derived state, never changed afterwards), from the parts' postings only. The idf is
+    ``log(N / N_c)`` over the live images of every part, and an image's normalisation sums its own words' weights
+    in word order: the same floats however the images are split into parts (shards, segments)."""
 
-    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray):
+    def __init__(self, parts: list[Part], masks: list[np.ndarray], n_words: int):
+        self.parts, self.masks, self.n_words = parts, masks, int(n_words)
+        self.n_live = int(sum(int(m.sum()) for m in masks))
+        self._lock = threading.Lock()
+        self._smk = self._bow = None
+
+    def _idf(self, counts) -> np.ndarray:
+        df = np.zeros(self.n_words, np.int64)
+        for c in counts:
+            df += c
+        return smk.idf_of(df, self.n_live)
+
+    def signatures(self) -> tuple:
+        """``(idf, [gamma of each part's rows])`` of the signatures (ASMK*)."""
+        with self._lock:
+            if self._smk is None:
+                counts = []
+                for p, m in zip(self.parts, self.masks, strict=True):
+                    f = p.searcher.smk_
+                    f.commit()
+                    c = np.empty(self.n_words, np.int64)
+                    live_counts(np.asarray(f.indptr_), np.asarray(f.rows_), np.asarray(m, np.bool_), c)
+                    counts.append(c)
+                idf = self._idf(counts)
+                self._smk = idf, [smk.collection_gamma(p.searcher.smk_, idf) for p in self.parts]
+            return self._smk
+
+    def histograms(self) -> tuple:
+        """``(idf, [InvertedFile.weights_under(idf) of each part])`` of the bag-of-words scorings."""
+        with self._lock:
+            if self._bow is None:
+                files = [p.searcher.invfile_ for p in self.parts]
+                idf = self._idf([f.document_frequencies(m) for f, m in zip(files, self.masks, strict=True)])
+                self._bow = idf, [f.weights_under(idf) for f in files]
+            return self._bow
+
+
+class PartsSignatures:
+    """The binary signatures of several parts read as one :class:`retrieval.search.smk.SMKFile`: rows are the
+    parts' live rows, part after part; with idf, scored under the collection's weights (:class:`CollectionWeights`)."""
+
+    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray,
+                 weights: CollectionWeights | None = None):
         self.parts, self.masks, self.ids_ = parts, masks, ids
+        self.weights = weights
+
+    @property
+    def idf_(self) -> np.ndarray:
+        return self.weights.signatures()[0] if self.weights is not None else np.ones(self.parts[0].searcher.n_words)
 
     def similarities(self, qwords, qvec, **options) -> np.ndarray:
-        out = [p.searcher.smk_.similarities(qwords, qvec, **options)[m] for p, m in zip(self.parts, self.masks,
-                                                                                          strict=True)]
+        if self.weights is None:
+            per_part = [None] * len(self.parts)
+        else:
+            idf, gammas = self.weights.signatures()
+            per_part = [(idf, g) for g in gammas]
+        out = [p.searcher.smk_.similarities(qwords, qvec, weights=w, **options)[m]
+               for p, m, w in zip(self.parts, self.masks, per_part, strict=True)]
         return np.concatenate(out) if out else np.zeros(0, np.float64)
 
     def signatures_of(self, image_id, words=None):
@@ -116,12 +177,19 @@ class PartsSignatures:
 
 
 class PartsInvertedFile:
-    """The inverted files of several parts scored as one collection (module docstring; no idf)."""
+    """The inverted files of several parts scored as one collection (module docstring); with idf, under the
+    collection's weights (:class:`CollectionWeights`)."""
 
-    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray, n_words: int):
+    def __init__(self, parts: list[Part], masks: list[np.ndarray], ids: np.ndarray, n_words: int,
+                 weights: CollectionWeights | None = None):
         self.parts, self.masks, self.ids_ = parts, masks, ids
-        self.idf_ = np.ones(n_words)
+        self.weights = weights
+        self._ones = np.ones(n_words)
         self._by_id = np.argsort(ids, kind="stable")
+
+    @property
+    def idf_(self) -> np.ndarray:
+        return self.weights.histograms()[0] if self.weights is not None else self._ones
 
     @property
     def ntotal(self) -> int:
@@ -131,7 +199,8 @@ class PartsInvertedFile:
         """Nothing pending: the parts are committed."""
 
     def scores_of_weights(self, qw, qv, method: str, alpha: float):
-        terms = [p.searcher.invfile_.terms(qw, qv, method) for p in self.parts]
+        per_part = self.weights.histograms()[1] if self.weights is not None else [None] * len(self.parts)
+        terms = [p.searcher.invfile_.terms(qw, qv, method, w) for p, w in zip(self.parts, per_part, strict=True)]
         t = {key: np.concatenate([x[key][m] for x, m in zip(terms, self.masks, strict=True)])
              for key in (terms[0] if terms else {})}
         if method in ("l1", "l2"):
@@ -148,16 +217,13 @@ class PartsInvertedFile:
 
 def view(model, parts: list[Part]):
     """A searcher that searches ``parts`` as one collection (module docstring); ``model`` gives the parameters and
-    the vocabulary. With idf, the parts are merged first (one collection's weights)."""
-    if model.idf and (len(parts) > 1 or any(len(p.dead) for p in parts)):
-        parts = [Part(None, merged(model, parts))]
-    if model.idf:
-        one = parts[0].searcher if parts else model.empty_like()
-        return model.composed(model, one.invfile_, getattr(one, "smk_", None), one.forward_entries())
+    the vocabulary. With idf, the parts are scored under the weights of all their live images
+    (:class:`CollectionWeights`), never their own."""
     masks = [p.live_mask() for p in parts]
     ids = np.concatenate([p.ids[m] for p, m in zip(parts, masks, strict=True)]) if parts else np.empty(0, np.int64)
-    signatures = PartsSignatures(parts, masks, ids) if model.signatures else None
-    return model.composed(model, PartsInvertedFile(parts, masks, ids, model.n_words), signatures,
+    weights = CollectionWeights(parts, masks, model.n_words) if model.idf else None
+    signatures = PartsSignatures(parts, masks, ids, weights) if model.signatures else None
+    return model.composed(model, PartsInvertedFile(parts, masks, ids, model.n_words, weights), signatures,
                           PartsForward(parts))
 
 
@@ -289,14 +355,14 @@ class ObjectSegments:
 
     def save(self, folder: Path) -> None:
         """Write the new segments (``segments/<name>.tmp``, renamed by the publish) and the generation's
-        ``state.json`` and ``deleted.npy``. With idf every part is merged into one (module docstring)."""
+        ``state.json`` and ``deleted.npy``."""
         folder = Path(folder)
         root = segments_root(folder)
         root.mkdir(exist_ok=True)
         self.commit()
         segments = []
         for s, parts in enumerate(self._by_shard()):
-            groups = choose_merges(parts, self.merge_all or self.model.idf)
+            groups = choose_merges(parts, self.merge_all)
             merged_away = {id(p) for g in groups for p in g}
             segments += [p for p in parts if id(p) not in merged_away]
             for group in groups:
@@ -306,7 +372,7 @@ class ObjectSegments:
                     searcher = group[0].searcher
                     if searcher.ntotal:
                         searcher.save(path, with_vocabulary=False)
-                elif self.model.idf:   # every weight depends on the whole collection: merged in memory
+                elif self.model.idf:   # merged in memory: the segment's own saved weights are its own
                     searcher = merged(self.model, group)
                     if searcher.ntotal:
                         searcher.save(path, with_vocabulary=False)

@@ -31,7 +31,13 @@ import numpy as np
 from retrieval._version import __version__
 from retrieval.core.checks import check_choice, check_scalar, is_sparse
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
-from retrieval.search.postings import filter_postings, histogram_rows, image_norms, merge_postings
+from retrieval.search.postings import (
+    filter_postings,
+    histogram_rows,
+    image_norms,
+    live_counts,
+    merge_postings,
+)
 from retrieval.search.postings_scoring import acc_delta2, acc_dot, acc_min, acc_min_normalized, topk_smallest
 
 logger = logging.getLogger(__name__)
@@ -285,55 +291,85 @@ class InvertedFile:
         self._commit()
         return self._scores(qw, qv, method, float(alpha))
 
-    def terms(self, qw, qv, method: str) -> dict:
+    def terms(self, qw, qv, method: str, weights: dict | None = None) -> dict:
         """The per-image terms of :meth:`scores_of_weights` before the collection-wide weight, for scoring several
         inverted files as one collection: l1 / l2 ``{"scores"}`` (no collection term); delta1 ``{"acc", "norm1"}``
         (eq. 9: ``norm1 - wbar acc`` with ``wbar = alpha sum(norm1) / sum(acc)``); delta2 ``{"qterm", "tterm"}``
         (eq. 11: ``w qterm + tterm`` with ``w = alpha sum(tterm) / sum(qterm)``). Sums over the images of every
-        file give the weights of the whole collection."""
+        file give the weights of the whole collection. ``weights``: :meth:`weights_under` the idf of a collection
+        this file is part of (None: its own)."""
         self._commit()
+        w = self._own_weights() if weights is None else weights
         n = self.ids_.shape[0]
         indptr, pids, ptf = np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_)
         if method in ("l1", "l2"):
-            return {"scores": self._scores(qw, qv, method, 1.0)[0]}
+            return {"scores": self._scores(qw, qv, method, 1.0, w)[0]}
         if method == "delta1":
             acc = np.zeros(n, dtype=np.float64)
-            acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
-            return {"acc": acc, "norm1": np.asarray(self.norm1_, np.float64)}
+            acc_min(indptr, pids, ptf, qw, qv, w["idf"], acc)
+            return {"acc": acc, "norm1": np.asarray(w["norm1"], np.float64)}
         acc3 = np.zeros((n, 3), dtype=np.float64)
-        acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
+        acc_delta2(indptr, pids, ptf, qw, qv, w["idf"], acc3)
         qq = float((qv * qv).sum())
         return {"qterm": np.sqrt(np.maximum(qq - 2.0 * acc3[:, 1] + acc3[:, 2], 0.0)),
-                "tterm": np.sqrt(np.maximum(self._norm2sq - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))}
+                "tterm": np.sqrt(np.maximum(w["norm2sq"] - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))}
 
-    def _scores(self, qw, qv, method, alpha):
+    def _own_weights(self) -> dict:
+        return {"idf": self.idf_, "norm1": self.norm1_, "norm2": self.norm2_, "norm2sq": self._norm2sq,
+                "sum_norm1": self._sum_norm1}
+
+    def document_frequencies(self, live=None) -> np.ndarray:
+        """How many images hold each word (int64 (K,)); ``live`` (bool (N,), internal order): only those rows."""
+        self._commit()
+        if live is None:
+            return np.diff(np.asarray(self.indptr_)).astype(np.int64)
+        out = np.empty(self.n_words, np.int64)
+        live_counts(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(live, np.bool_), out)
+        return out
+
+    def weights_under(self, idf) -> dict:
+        """This file's per-image norms under the weights ``idf`` of a collection it is part of (the idf of all its
+        images): what :meth:`terms` takes as ``weights``."""
+        self._commit()
+        idf = np.asarray(idf, np.float64)
         n = self.ids_.shape[0]
+        n1 = np.empty(n, dtype=np.float64)
+        n2 = np.empty(n, dtype=np.float64)
+        image_norms(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
+                    idf, n, n1, n2)
+        norm2 = np.sqrt(n2)
+        return {"idf": idf, "norm1": n1, "norm2": norm2, "norm2sq": norm2 ** 2, "sum_norm1": float(n1.sum())}
+
+    def _scores(self, qw, qv, method, alpha, w=None):
+        w = self._own_weights() if w is None else w
+        n = self.ids_.shape[0]
+        idf, norm1 = w["idf"], w["norm1"]
         indptr, pids, ptf = np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_)
         if method == "delta1":
             acc = np.zeros(n, dtype=np.float64)
-            total = acc_min(indptr, pids, ptf, qw, qv, self.idf_, acc)
-            wbar = alpha * self._sum_norm1 / total if total > 0 else 0.0
-            return self.norm1_ - wbar * acc, wbar
+            total = acc_min(indptr, pids, ptf, qw, qv, idf, acc)
+            wbar = alpha * w["sum_norm1"] / total if total > 0 else 0.0
+            return norm1 - wbar * acc, wbar
         if method == "l1":
             acc = np.zeros(n, dtype=np.float64)
             qn = qv.sum()
             qh = qv / qn if qn > 0 else qv
-            inv = np.divide(1.0, self.norm1_, out=np.zeros(n), where=self.norm1_ > 0)
-            acc_min_normalized(indptr, pids, ptf, qw, qh, self.idf_, inv, acc)
-            return (1.0 if qn > 0 else 0.0) + (self.norm1_ > 0) - 2.0 * acc, float("nan")
+            inv = np.divide(1.0, norm1, out=np.zeros(n), where=norm1 > 0)
+            acc_min_normalized(indptr, pids, ptf, qw, qh, idf, inv, acc)
+            return (1.0 if qn > 0 else 0.0) + (norm1 > 0) - 2.0 * acc, float("nan")
         if method == "l2":
             acc = np.zeros(n, dtype=np.float64)
-            acc_dot(indptr, pids, ptf, qw, qv, self.idf_, acc)
+            acc_dot(indptr, pids, ptf, qw, qv, idf, acc)
             qn = float(np.sqrt((qv * qv).sum()))
-            tn = self.norm2_
+            tn = w["norm2"]
             denom = np.where(tn > 0, tn, 1.0) * (qn if qn > 0 else 1.0)
             sq = (1.0 if qn > 0 else 0.0) + (tn > 0) - 2.0 * acc / denom
             return np.sqrt(np.maximum(sq, 0.0)), float("nan")
         acc3 = np.zeros((n, 3), dtype=np.float64)
-        acc_delta2(indptr, pids, ptf, qw, qv, self.idf_, acc3)
+        acc_delta2(indptr, pids, ptf, qw, qv, idf, acc3)
         qq = float((qv * qv).sum())
         qterm = np.sqrt(np.maximum(qq - 2.0 * acc3[:, 1] + acc3[:, 2], 0.0))
-        tterm = np.sqrt(np.maximum(self._norm2sq - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))
+        tterm = np.sqrt(np.maximum(w["norm2sq"] - 2.0 * acc3[:, 0] + acc3[:, 2], 0.0))
         den = qterm.sum()
         w = alpha * tterm.sum() / den if den > 0 else 0.0
         return w * qterm + tterm, w

@@ -9,7 +9,7 @@ from numba import njit
 
 from retrieval.core.checks import is_sparse
 
-__all__ = ["filter_postings", "histogram_rows", "image_norms", "merge_postings"]
+__all__ = ["filter_postings", "histogram_rows", "image_norms", "live_counts", "merge_postings", "row_mass"]
 
 
 @njit(cache=True)
@@ -24,6 +24,30 @@ def image_norms(indptr, pids, ptf, idf, n_images, out1, out2):
             t = f * ptf[p]
             out1[pids[p]] += t
             out2[pids[p]] += t * t
+
+
+@njit(cache=True)
+def live_counts(indptr, rows, live, out):
+    """out[w] = how many postings of word ``w`` belong to a live row (``live[rows[p]]``): the document frequencies
+    of the images still indexed, counted without the rows removed since a part was written."""
+    for w in range(indptr.shape[0] - 1):
+        c = 0
+        for p in range(indptr[w], indptr[w + 1]):
+            if live[rows[p]]:
+                c += 1
+        out[w] = c
+
+
+@njit(cache=True)
+def row_mass(indptr, rows, weight, out):
+    """out[r] = sum of ``weight[w]`` over the words ``w`` whose list holds row ``r`` (each row's words in increasing
+    order, whatever else is in the lists: the same float sums for an image however the images are split)."""
+    for r in range(out.shape[0]):
+        out[r] = 0.0
+    for w in range(indptr.shape[0] - 1):
+        f = weight[w]
+        for p in range(indptr[w], indptr[w + 1]):
+            out[rows[p]] += f
 
 
 @njit(cache=True)

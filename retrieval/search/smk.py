@@ -32,8 +32,10 @@ import numpy as np
 from numba import njit
 
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
+from retrieval.search.postings import row_mass
 
-__all__ = ["SMKFile", "aggregate_residuals", "binarize", "expand_query", "selective", "signature_vectors"]
+__all__ = ["SMKFile", "aggregate_residuals", "binarize", "collection_gamma", "expand_query", "idf_of", "selective",
+           "signature_vectors"]
 
 FORMAT = "retrieval-smk-file"
 FORMAT_VERSION = 1
@@ -291,9 +293,7 @@ class SMKFile:
     def _refresh(self):
         """idf weights, the per-image normalisation gamma (eq. 6) and the id order after a change."""
         self._id_order = np.argsort(self._ids, kind="stable")
-        N = max(len(self._ids), 1)
-        df = np.diff(self.indptr_).astype(np.float64)
-        self.idf_ = np.where(df > 0, np.log(N / np.maximum(df, 1)), 0.0) if self.idf else np.ones(self.n_words)
+        self.idf_ = idf_of(np.diff(self.indptr_), len(self._ids)) if self.idf else np.ones(self.n_words)
         words = np.repeat(np.arange(self.n_words), np.diff(self.indptr_))
         mass = np.bincount(np.asarray(self.rows_, np.int64), weights=self.idf_[words], minlength=len(self._ids))
         self.gamma_ = np.where(mass > 0, 1.0 / np.sqrt(np.maximum(mass, 1e-300)), 0.0)
@@ -333,18 +333,21 @@ class SMKFile:
         return words.astype(np.int64), np.asarray(self.sigs_[at])
 
     def similarities(self, qwords, qvec, *, alpha: float = 3.0, threshold: float = 0.0,
-                     asymmetric: bool = True) -> np.ndarray:
+                     asymmetric: bool = True, weights=None) -> np.ndarray:
         """K(Q, X) (module docstring) for every indexed image, in row order (``ids_``); in [0, 1] when
         ``threshold >= 0``, 1 for an image whose signatures equal the query's.
 
-        qwords : (u,) sorted distinct words of the query; qvec : (u, d) its aggregated residuals (unit norm)."""
+        qwords : (u,) sorted distinct words of the query; qvec : (u, d) its aggregated residuals (unit norm).
+        weights : ``(idf (K,), gamma (N,))`` of a larger collection this file is part of (the idf of all its
+        images, :func:`collection_gamma` of this file's rows under it); None: this file's own."""
         self._commit()
+        idf, gamma = (self.idf_, self.gamma_) if weights is None else weights
         qwords = np.asarray(qwords, np.int64)
         qvec = np.ascontiguousarray(qvec, np.float64)
         out = np.zeros(len(self._ids), np.float64)
         if len(qwords) == 0 or len(self._ids) == 0:
             return out
-        wq = self.idf_[qwords]
+        wq = idf[qwords]
         if asymmetric:
             _score_asymmetric(self.indptr_, self.rows_, self.sigs_, qwords, qvec, wq, float(alpha),
                               float(threshold), out)
@@ -352,7 +355,7 @@ class SMKFile:
             _score_symmetric(self.indptr_, self.rows_, self.sigs_, qwords, binarize(qvec), wq, float(alpha),
                              float(threshold), out)
         qmass = float(wq.sum())
-        return out * self.gamma_ / np.sqrt(qmass) if qmass > 0 else out
+        return out * gamma / np.sqrt(qmass) if qmass > 0 else out
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder) -> Path:
@@ -396,6 +399,23 @@ class SMKFile:
         else:   # written before they were saved: computed from the postings
             obj._refresh()
         return obj
+
+
+def idf_of(df, n_images: int) -> np.ndarray:
+    """``log(N / N_c)`` for the words some image holds, 0 for the others (float64 (K,)); ``df`` the number of
+    images holding each word, ``n_images`` N."""
+    df = np.asarray(df).astype(np.float64)
+    return np.where(df > 0, np.log(max(int(n_images), 1) / np.maximum(df, 1)), 0.0)
+
+
+def collection_gamma(smk_file: SMKFile, idf) -> np.ndarray:
+    """The normalisation gamma (eq. 6) of every row of ``smk_file`` under the weights ``idf`` of a collection it is
+    part of: ``(sum_{c in X} idf_c)^(-1/2)`` (float64, row order), the same floats for an image however the
+    collection is split into files (:func:`retrieval.search.postings.row_mass`)."""
+    smk_file.commit()
+    mass = np.empty(len(smk_file.ids_), np.float64)
+    row_mass(np.asarray(smk_file.indptr_), np.asarray(smk_file.rows_), np.asarray(idf, np.float64), mass)
+    return np.where(mass > 0, 1.0 / np.sqrt(np.maximum(mass, 1e-300)), 0.0)
 
 
 def signature_vectors(sigs, dim: int) -> np.ndarray:

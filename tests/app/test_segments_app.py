@@ -214,15 +214,17 @@ def test_adding_files_looks_up_only_those_files(tmp_path, pool, monkeypatch):
     assert report.removed == 0 and idx.catalog.count("indexed") == len(present) + 1
 
 
-def test_a_sharded_accurate_index_ranks_like_the_unsharded_one(tmp_path, pool):
-    """`accurate` with --shards 3: every segment holds one shard's images (its own postings, signatures and
-    forward index), and after syncs with adds and removes the lists are those of one unsharded index, for ASMK*
-    and for the BoW scorings whose weights are sums over the collection."""
+@pytest.mark.parametrize("preset", ["accurate", "object"])
+def test_a_sharded_object_index_ranks_like_the_unsharded_one(tmp_path, pool, preset):
+    """`accurate` and `object` (idf) with --shards 3: every segment holds one shard's images (its own postings,
+    signatures and forward index), and after syncs with adds and removes the lists are those of one unsharded index,
+    for ASMK* and for the BoW scorings whose weights are sums over the collection (with idf, the document
+    frequencies of every shard's images)."""
     photos = tmp_path / "photos"
     photos.mkdir()
-    three = Index.create(tmp_path / "s3", "accurate", feature_store=FEATURE_CACHE, train_on="generic", shards=3)
+    three = Index.create(tmp_path / "s3", preset, feature_store=FEATURE_CACHE, train_on="generic", shards=3)
     present = grow(three, photos, pool, rounds=4)
-    one = Index.create(tmp_path / "s1", "accurate", feature_store=FEATURE_CACHE, model=tmp_path / "s3")
+    one = Index.create(tmp_path / "s1", preset, feature_store=FEATURE_CACHE, model=tmp_path / "s3")
     one.sync(photos)
     state = json.loads((three.folder.gen_dir(three.catalog.generation()) / "state.json").read_text())
     assert state["shards"] == 3 and {s["shard"] for s in state["segments"]} == {0, 1, 2}
@@ -234,6 +236,6 @@ def test_a_sharded_accurate_index_ranks_like_the_unsharded_one(tmp_path, pool):
         assert got == [[h.path for h in one.search(str(q), k=8, method=method, rerank="exact")] for q in queries]
 
 
-def test_shards_are_refused_where_weights_need_the_whole_collection(tmp_path):
-    with pytest.raises(ValueError, match="object preset without idf"):
-        Index.create(tmp_path / "idx", "object", shards=2)
+def test_shards_are_refused_where_the_backend_cannot_split(tmp_path):
+    with pytest.raises(ValueError, match="preset 'compact' .*cannot be sharded"):
+        Index.create(tmp_path / "idx", "compact", shards=2)

@@ -184,9 +184,9 @@ def test_sharded_index_returns_the_unsharded_lists(tmp_path, cluster, photos, re
     assert_same_lists(ranked(fresh, queries), want_reranked)
 
 
-def test_shards_need_a_global_preset(tmp_path):
-    with pytest.raises(ValueError, match="cannot be sharded"):
-        Index.create(tmp_path / "idx", preset="object", shards=2)
+def test_shards_need_a_shardable_preset(tmp_path):
+    with pytest.raises(ValueError, match="preset 'compact' .*cannot be sharded"):
+        Index.create(tmp_path / "idx", preset="compact", shards=2)
 
 
 def test_unreachable_scheduler_is_one_line_and_exit_1(tmp_path, photos):

@@ -22,11 +22,20 @@ def images(n, seed=0):
     return pattern_images(n, seed)
 
 
+def fitted(idf: bool):
+    feats = images(40)
+    return ObjectSearcher(64, rootsift=False, idf=idf, signatures=True, query_words=2, shortlist=12,
+                          vocabulary_params={"n_iter": 3}, random_state=0).fit(feats), feats
+
+
 @pytest.fixture(scope="module")
 def model():
-    feats = images(40)
-    return ObjectSearcher(64, rootsift=False, idf=False, signatures=True, query_words=2, shortlist=12,
-                          vocabulary_params={"n_iter": 3}, random_state=0).fit(feats), feats
+    return fitted(idf=False)
+
+
+@pytest.fixture(scope="module")
+def idf_model():
+    return fitted(idf=True)
 
 
 def ranked(searcher, queries, method):
@@ -44,8 +53,9 @@ def write(state, tmp_path, gen):
     return folder
 
 
-def test_syncs_with_adds_and_removes_rank_like_one_build(model, tmp_path):
-    m, feats = model
+@pytest.mark.parametrize("which", ["model", "idf_model"])
+def test_syncs_with_adds_and_removes_rank_like_one_build(which, request, tmp_path):
+    m, feats = request.getfixturevalue(which)
     state = ObjectSegments(m)
     live = {}
     rng = np.random.default_rng(1)
@@ -83,24 +93,35 @@ def test_syncs_with_adds_and_removes_rank_like_one_build(model, tmp_path):
     assert not list((tmp_path / "segments").glob("*/searcher/vocabulary.npz"))   # the model keeps it
 
 
-def test_with_idf_the_state_is_one_segment(model, tmp_path):
-    """idf weighs every image by the whole collection: the state is merged into one segment at each save."""
-    _, feats = model
-    m = ObjectSearcher(64, rootsift=False, idf=True, signatures=True, query_words=2, shortlist=12,
-                       vocabulary_params={"n_iter": 3}, random_state=0).fit(feats)
-    state = ObjectSegments(m)
-    state.add(np.arange(10), feats[:10])
-    write(state, tmp_path, 1)
-    state.add(np.arange(10, 20), feats[10:20])
-    state.remove([3])
-    folder = write(state, tmp_path, 2)
-    assert [s["rows"] for s in json.loads((folder / "state.json").read_text())["segments"]] == [19]
-    one = m.empty_like()
-    ids = [i for i in range(20) if i != 3]
-    one.add(np.array(ids), [feats[i] for i in ids])
-    one = ObjectSearcher.load(one.save(tmp_path / "one"))
-    for method in METHODS:
-        assert ranked(state.view(), feats[:3], method) == ranked(one, feats[:3], method)
+def test_with_idf_segments_and_shards_are_scored_under_the_collections_weights(idf_model, tmp_path):
+    """idf weighs every image by the whole collection: segments written once and 3 shards rank exactly as one
+    build, and differently from any part scored under its own weights alone."""
+    m, feats = idf_model
+    for n_shards in (1, 3):
+        state = ObjectSegments(m, n_shards)
+        state.add(np.arange(10), feats[:10])
+        write(state, tmp_path / f"s{n_shards}", 1)
+        state.add(np.arange(10, 20), feats[10:20])
+        state.remove([3])
+        folder = write(state, tmp_path / f"s{n_shards}", 2)
+        segments = json.loads((folder / "state.json").read_text())["segments"]
+        assert sum(s["rows"] - s["deleted"] for s in segments) == 19
+        assert len(segments) > n_shards   # the first sync's segments kept: the state is not rewritten per sync
+        assert sorted({s["shard"] for s in segments}) == list(range(n_shards))
+        one = m.empty_like()
+        ids = [i for i in range(20) if i != 3]
+        one.add(np.array(ids), [feats[i] for i in ids])
+        one = ObjectSearcher.load(one.save(tmp_path / f"one{n_shards}"))
+        single = view(m, [Part(None, one)])
+        for method in METHODS:
+            assert ranked(state.view(), feats[:3], method) == ranked(single, feats[:3], method), (n_shards, method)
+        # the newest part alone (its own idf) does not rank as the collection: the weights are the collection's
+        last = state.parts[-1]
+        alone = [h.score for h in last.searcher.search(feats[12], k=3, method="asmk", alpha=3.0, rerank="none")]
+        joint = {h.id: h.score for h in state.view().search(feats[12], k=40, method="asmk", alpha=3.0,
+                                                             rerank="none")}
+        top = last.searcher.search(feats[12], k=3, method="asmk", alpha=3.0, rerank="none")
+        assert [joint[h.id] for h in top] != alone
 
 
 def test_topk_by_id_breaks_ties_by_id_also_at_the_kth_value():
