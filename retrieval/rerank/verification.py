@@ -266,6 +266,36 @@ def _local_optimisation(T, fit, pq, pd, thr2, iterations, ok):
     return T, inl, r2
 
 
+COMPILED_FROM = 100_000
+"""Hypotheses x matches from which the first step runs compiled (:mod:`retrieval.rerank._verify_kernels`, the same
+counts and costs); smaller pairs (thumbnails) never load it."""
+
+
+def score_hypotheses(T32, pq, pd, thr2: float, block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """The first step of :func:`verify`: for each affine hypothesis ``T32`` (k, 2, 3) float32, the tentative
+    matches (query points ``pq``, database points ``pd``) it maps within ``sqrt(thr2)`` pixels and its truncated
+    quadratic cost ``sum min(e^2, thr2)``; residuals in float32, costs summed in float64 in match order, so
+    that the compiled loop (large pairs) and the vectorised form (``block`` hypotheses at a time) agree exactly."""
+    qx, qy = pq[:, 0].astype(np.float32), pq[:, 1].astype(np.float32)
+    dx, dy = pd[:, 0].astype(np.float32), pd[:, 1].astype(np.float32)
+    t2 = np.float32(thr2)
+    counts = np.empty(len(T32), np.int64)
+    costs = np.empty(len(T32), np.float64)
+    if len(T32) * len(qx) >= COMPILED_FROM:
+        from retrieval.rerank._verify_kernels import score_hypotheses as compiled
+
+        compiled(np.ascontiguousarray(T32), qx, qy, dx, dy, t2, counts, costs)
+        return counts, costs
+    for s in range(0, len(T32), block):
+        Tb = T32[s:s + block]
+        ex = Tb[:, 0, 0, None] * qx + Tb[:, 0, 1, None] * qy + (Tb[:, 0, 2, None] - dx)
+        ey = Tb[:, 1, 0, None] * qx + Tb[:, 1, 1, None] * qy + (Tb[:, 1, 2, None] - dy)
+        e2 = np.minimum(ex * ex + ey * ey, t2)
+        counts[s:s + block] = (e2 < t2).sum(axis=1)
+        costs[s:s + block] = np.cumsum(e2, axis=1, dtype=np.float64)[:, -1]   # in match order, as the loop
+    return counts, costs
+
+
 def verify(frames_q, frames_db, matches, *, min_inliers: int = DEFAULT_MIN_INLIERS, threshold: float | None = None,
            relative_threshold: float = 0.03, refit: str = "homography", max_hypotheses: int = 300,
            lo_iterations: int = 4, max_scale: float = 10.0, min_singular_ratio: float = 0.1,
@@ -357,23 +387,10 @@ def verify(frames_q, frames_db, matches, *, min_inliers: int = DEFAULT_MIN_INLIE
     T = T[_linear_ok(T[:, :, :2], max_scale, min_singular_ratio)]
     if len(T) == 0:
         return fail("no sane hypothesis (every single-match hypothesis is degenerate)")
-    best_count, best_cost, best_T = -1, np.inf, None
-    qx, qy = pq[:, 0].astype(np.float32), pq[:, 1].astype(np.float32)
-    dx, dy = pd[:, 0].astype(np.float32), pd[:, 1].astype(np.float32)
-    T32 = T.astype(np.float32)
-    for s in range(0, len(T), block):
-        Tb = T32[s:s + block]
-        ex = Tb[:, 0, 0, None] * qx + Tb[:, 0, 1, None] * qy + (Tb[:, 0, 2, None] - dx)
-        ey = Tb[:, 1, 0, None] * qx + Tb[:, 1, 1, None] * qy + (Tb[:, 1, 2, None] - dy)
-        e2 = np.minimum(ex * ex + ey * ey, thr2)
-        counts = (e2 < thr2).sum(axis=1)
-        top = counts.max()
-        cand = np.flatnonzero(counts == top)
-        cost = e2[cand].sum(axis=1)  # truncated quadratic breaks ties
-        k = cand[np.argmin(cost)]
-        if top > best_count or (top == best_count and cost.min() < best_cost):
-            best_count, best_cost, best_T = int(top), float(cost.min()), T[s + k]
-    A = np.vstack([best_T, [0.0, 0.0, 1.0]])
+    counts, costs = score_hypotheses(T.astype(np.float32), pq, pd, thr2, block)
+    top = counts.max()
+    cand = np.flatnonzero(counts == top)
+    A = np.vstack([T[cand[np.argmin(costs[cand])]], [0.0, 0.0, 1.0]])   # the truncated quadratic breaks ties
 
     # 2. local optimisation of the affine model
     def affine_ok(T2):

@@ -74,3 +74,40 @@ def test_real_pair_graf(features_of):
     # graf1 -> graf3 is a homography: an affine approximation holds over the scene with a 15 px tolerance
     assert inl.sum() > 0.5 * len(m)
     assert 0.5 < abs(np.linalg.det(H[:2, :2])) < 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_and_vectorised_hypothesis_scores_are_the_same(seed, monkeypatch):
+    """The first step's two forms (compiled for large pairs, vectorised below COMPILED_FROM) give the same counts
+    and costs, bit for bit, and so the same verification; checked against a float64 oracle of the counts."""
+    from retrieval.rerank import verification as v
+
+    rng = np.random.default_rng(seed)
+    n = 700
+    fq = np.c_[rng.uniform(0, 1000, (n, 2)), rng.uniform(2, 9, n), np.zeros(n), rng.uniform(-2, 2, n),
+               rng.uniform(2, 9, n)]
+    T = np.array([[0.9, 0.05, 30.0], [-0.04, 1.1, -12.0]])
+    fd = _frames_under(T, fq)
+    fd[:, :2] += rng.normal(0, 1.0, (n, 2))
+    outl = rng.random(n) < 0.5
+    fd[outl, :2] = rng.uniform(0, 1100, (outl.sum(), 2))
+    hyp = affine_from_frames(fq[:300], fd[:300]).astype(np.float32)
+    hyp[7] = hyp[3]                                       # a tie: the same hypothesis twice
+    thr2 = 900.0
+    compiled = v.score_hypotheses(hyp, fq[:, :2], fd[:, :2], thr2)
+    monkeypatch.setattr(v, "COMPILED_FROM", 10 ** 12)
+    vectorised = v.score_hypotheses(hyp, fq[:, :2], fd[:, :2], thr2, block=64)
+    np.testing.assert_array_equal(compiled[0], vectorised[0])
+    np.testing.assert_array_equal(compiled[1], vectorised[1])
+    H = hyp.astype(np.float64)
+    e2 = ((np.einsum("hij,nj->hni", H[:, :, :2], fq[:, :2]) + H[:, None, :, 2] - fd[None, :, :2]) ** 2).sum(-1)
+    near = np.abs(e2 - thr2) <= 1e-2 * thr2                  # only there may float32 and float64 disagree
+    assert (np.abs(compiled[0] - (e2 < thr2).sum(1)) <= near.sum(1)).all()
+    assert compiled[0].max() > 0.4 * n                       # the true transform's hypotheses find the inliers
+    assert compiled[0][3] == compiled[0][7] and compiled[1][3] == compiled[1][7]
+    matches = np.stack([np.arange(n)] * 2, 1)
+    slow = v.verify(fq, fd, matches, threshold=30.0)
+    monkeypatch.setattr(v, "COMPILED_FROM", 1)
+    fast = v.verify(fq, fd, matches, threshold=30.0)
+    assert slow.verified and fast.verified and np.array_equal(slow.inlier_mask, fast.inlier_mask)
+    np.testing.assert_array_equal(slow.transform, fast.transform)
