@@ -147,8 +147,9 @@ class LazyFeatures(Sequence):
 # false-verification rate); an index built with an older copy of a bundled preset uses the current value.
 _THRESHOLDS = (("search", "min_inliers"), ("object_search", "min_inliers"))
 # Query-time keys a bundled preset set later (0.2.0: the query side of the verification cut to its largest 1,000
-# features, measured with the same mAP); an index built with an older copy that lacks the key uses the bundled value.
-_ADOPTED = (("search", "verify_query_features"),)
+# features, and the verification stopped once 20 results verified, both measured with the same mAP); an index built
+# with an older copy that lacks the key uses the bundled value.
+_ADOPTED = (("search", "verify_query_features"), ("search", "verify_enough"))
 
 
 def adopt_thresholds(path, stored: dict, current: dict) -> dict:

@@ -190,7 +190,8 @@ class GlobalBackend(Backend):
 
         def verify(candidates):
             return verifier.rerank(candidates, query, query_box, get_features, shortlist=len(candidates),
-                                   cache=cache, threads=threads, patience=s.verify_patience)
+                                   cache=cache, threads=threads, patience=s.verify_patience,
+                                   enough=s.verify_enough)
 
         checked = verify(hits[:shortlist])
         hits = finish_ranking(checked + hits[shortlist:], reranked=True)

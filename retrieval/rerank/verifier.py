@@ -181,35 +181,54 @@ class Verifier:
         return parallel_map(lambda db: self.check(query, db, query_box), dbs, threads)
 
     def rerank(self, hits: list, query_features, query_box, get_features: Callable, *, shortlist: int,
-               cache: BytesLRU | None = None, threads: int = 1, patience: int = 0) -> list:
+               cache: BytesLRU | None = None, threads: int = 1, patience: int = 0, enough: int = 0) -> list:
         """Spatial re-ranking of the first ``shortlist`` hits (Philbin et al. 2007): each gets ``inliers``, and
         ``verified`` and ``box`` when it verifies; verified hits first by decreasing inliers (ties by first-stage
         score), then the rest of the shortlist and the tail in their first-stage order. ``hits`` are this call's
         own records (set in place).
 
-        ``patience`` > 0: the shortlist is verified in its order, a few hits at a time, and verification stops after
-        ``patience`` unverified hits in a row; the hits after that point are left unverified (in their order), those
-        verified beyond it in the last batch are set back, so the result does not depend on ``threads``."""
+        Early stopping (the shortlist is then verified in its order, a few hits at a time; the outcomes beyond the
+        stopping point in the last batch are set back, so the result does not depend on ``threads``):
+
+        - ``patience`` > 0: verification stops after ``patience`` unverified hits in a row; the hits after that
+          point are left unverified, after those that failed (in their order);
+        - ``enough`` > 0: verification stops once ``enough`` hits have verified (a burst of near-copies need not
+          all be checked); the hits not checked follow the verified ones, in their order, before those that
+          failed (a failed check is evidence against a hit, an unchecked one has none)."""
         if len(query_features) == 0 or not hits:
             return hits
         query = self.query_side(query_features)
         head, tail = hits[:shortlist], hits[shortlist:]
-        if patience <= 0:
+        if patience <= 0 and enough <= 0:
             outcomes = self.check_many(query, [h.id for h in head], query_box, get_features, cache=cache,
                                        threads=threads)
         else:
-            outcomes, misses, step = [], 0, max(2, 2 * int(threads))
-            while len(outcomes) < len(head) and misses < patience:
-                batch = head[len(outcomes):len(outcomes) + step]
-                for o in self.check_many(query, [h.id for h in batch], query_box, get_features, cache=cache,
-                                         threads=threads):
-                    if misses >= patience:
-                        break
-                    outcomes.append(o)
-                    misses = 0 if o.verified else misses + 1
+            outcomes = self._until(query, head, query_box, get_features, cache, threads, patience, enough)
         verified, unverified = [], []
         for hit, o in zip(head, outcomes, strict=False):
             hit.inliers, hit.verified, hit.box = o.inliers, o.verified, o.box
             (verified if o.verified else unverified).append(hit)
         verified.sort(key=lambda h: (-h.inliers, -h.score))
-        return verified + unverified + head[len(outcomes):] + tail
+        unchecked = head[len(outcomes):]
+        if enough > 0 and len(verified) >= enough:
+            return verified + unchecked + unverified + tail
+        return verified + unverified + unchecked + tail
+
+    def _until(self, query, head, query_box, get_features, cache, threads, patience, enough) -> list[Outcome]:
+        """The outcomes of ``head`` checked in order, a batch at a time, up to the stopping point of
+        :meth:`rerank`'s ``patience`` / ``enough``."""
+        outcomes, misses, found, step = [], 0, 0, max(2, 2 * int(threads))
+
+        def stopped():
+            return (patience > 0 and misses >= patience) or (enough > 0 and found >= enough)
+
+        while len(outcomes) < len(head) and not stopped():
+            batch = head[len(outcomes):len(outcomes) + step]
+            for o in self.check_many(query, [h.id for h in batch], query_box, get_features, cache=cache,
+                                     threads=threads):
+                if stopped():
+                    break
+                outcomes.append(o)
+                misses = 0 if o.verified else misses + 1
+                found += bool(o.verified)
+        return outcomes
