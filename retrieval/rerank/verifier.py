@@ -20,13 +20,16 @@ of described images, the threads) is an argument. Steps for a query and a databa
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass
 
 import numpy as np
 
 from retrieval.core.cache import BytesLRU, cached
-from retrieval.core.threads import parallel_map, single_threaded_blas
+from retrieval.core.threads import parallel_map, shared_pool, single_threaded_blas
 from retrieval.features.frames import largest
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
@@ -215,20 +218,49 @@ class Verifier:
         return verified + unverified + unchecked + tail
 
     def _until(self, query, head, query_box, get_features, cache, threads, patience, enough) -> list[Outcome]:
-        """The outcomes of ``head`` checked in order, a batch at a time, up to the stopping point of
-        :meth:`rerank`'s ``patience`` / ``enough``."""
-        outcomes, misses, found, step = [], 0, 0, max(2, 2 * int(threads))
+        """The outcomes of ``head`` in its order up to the stopping point of :meth:`rerank`'s ``patience`` /
+        ``enough``: checked on ``threads`` threads of the shared pool, at most ``2 threads`` ahead of the outcome
+        examined, so that the stopping point depends on the outcomes only and little is checked beyond it (what
+        is, is dropped). The query is placed in the match cells once, by the first pair that needs it."""
+        placed, lock = {}, threading.Lock()
 
-        def stopped():
-            return (patience > 0 and misses >= patience) or (enough > 0 and found >= enough)
+        def query_for(db):
+            if self.cells is None or query.probes is not None or \
+                    not self.probes_pair(len(query.descriptors), len(db.descriptors)):
+                return query
+            with lock:
+                if "query" not in placed:
+                    placed["query"] = self.side(query.frames, query.descriptors, query.image_size, roles=("query",))
+            return placed["query"]
 
-        while len(outcomes) < len(head) and not stopped():
-            batch = head[len(outcomes):len(outcomes) + step]
-            for o in self.check_many(query, [h.id for h in batch], query_box, get_features, cache=cache,
-                                     threads=threads):
-                if stopped():
+        def one(hit):
+            db = self.database(hit.id, get_features, cache)
+            return self.check(query_for(db), db, query_box)
+
+        outcomes, counts = [], {"misses": 0, "found": 0}
+
+        def take(o):
+            outcomes.append(o)
+            counts["misses"] = 0 if o.verified else counts["misses"] + 1
+            counts["found"] += bool(o.verified)
+            return (patience > 0 and counts["misses"] >= patience) or (enough > 0 and counts["found"] >= enough)
+
+        if threads <= 1:
+            for hit in head:
+                if take(one(hit)):
                     break
-                outcomes.append(o)
-                misses = 0 if o.verified else misses + 1
-                found += bool(o.verified)
+            return outcomes
+        pool, ahead, pending = shared_pool(threads), 2 * int(threads), deque()
+        nxt = 0
+        try:
+            while nxt < len(head) or pending:
+                while nxt < len(head) and len(pending) < ahead:
+                    pending.append(pool.submit(one, head[nxt]))
+                    nxt += 1
+                if take(pending.popleft().result()):
+                    break
+        finally:
+            for f in pending:
+                f.cancel()
+            wait(pending)
         return outcomes

@@ -199,3 +199,32 @@ def test_a_query_is_placed_in_the_cells_only_when_a_pair_needs_it(real_pairs, ce
     got = outcomes(q_small, small)
     assert calls == []
     assert got == outcomes(fast.described(small[0]), small)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_an_early_stopped_verification_checks_as_the_whole_one(real_pairs, cells, threads):
+    """Verifier.rerank with ``enough`` (the checks streamed through the pool, the query placed in the cells by the
+    first pair that needs it) gives each checked hit the outcome of the whole verification, and stops at the
+    ``enough``-th verified hit whatever the threads."""
+    from retrieval.engine.hits import Hit
+
+    fast = Verifier(cells=cells)
+    box = (0.0, 0.0, 1e5, 1e5)
+    dbs = dict(enumerate(f for pair in real_pairs for f in pair))
+    query_features = real_pairs[0][0]
+
+    def ranked(enough, threads):
+        hits = [Hit(id=i, score=1.0 - i / 1000) for i in sorted(dbs)]
+        out = fast.rerank(hits, query_features, box, dbs.__getitem__, shortlist=len(hits), threads=threads,
+                          enough=enough)
+        return [(h.id, h.verified, h.inliers) for h in out]
+
+    whole = ranked(0, 1)
+    verified = [i for i, v, _ in whole if v]
+    assert len(verified) >= 2
+    assert ranked(len(dbs) + 1, threads) == whole          # never reached: every hit checked, the same list
+    stopped = ranked(2, threads)
+    first_two = sorted(i for i, v, _ in whole if v)[:2]    # the first two verified, in first-stage order
+    assert sorted(i for i, v, _ in stopped if v) == first_two
+    got = {i: (v, n) for i, v, n in stopped if n is not None}
+    assert all(got[i] == (v, n) for i, v, n in whole if i in got)
