@@ -334,12 +334,8 @@ class SearchConfig(_Section):
                              "the verification (retrieval.rerank.cells); 0: the exact test against every descriptor", low=0)
     verify_query_features: int = _key(0, "the verification matches at most this many of the query's features, "
                                       "of largest scale (the database side keeps all); 0: all", low=0)
-    verify_patience: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification "
-                                "stops after this many unverified results in a row (0: the whole shortlist)", low=0,
-                                used=_kinds("global", "binary"))
-    verify_enough: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification "
-                              "stops once this many results have verified; those not checked follow the verified "
-                              "ones (0: the whole shortlist)", low=0, used=_kinds("global", "binary"))
+    verify_patience: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification stops after this many unverified results in a row (0: the whole shortlist)", low=0, used=_kinds("global", "binary"))
+    verify_enough: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification stops once this many results have verified; those not checked follow the verified ones (0: the whole shortlist)", low=0, used=_kinds("global", "binary"))
     verify_top: int = _key(50, "object: the first results (of the exact re-ranking of object_search.shortlist) "
                            "verified spatially on the stored features", low=1, used=_kinds("object"))
     min_inliers: int = _key(DEFAULT_MIN_INLIERS, "global, binary: one-to-one inliers for a verified match (9: false-verification rate 0.03 % on 20,000 unrelated real pairs, docs/results.md)", low=1, used=_kinds("global", "binary"))
