@@ -21,7 +21,7 @@ from PIL import Image
 from retrieval.app.index import Index
 from retrieval.engine.presets import load_preset, missing_pieces
 
-PRESETS = ["default", "compact", "accurate", "object"]
+PRESETS = ["default", "compact", "accurate", "object", "object/3-shards"]   # the last: idf weights over 3 shards
 N_SEARCHES = 120   # per path
 THREADS = 8
 K = 6
@@ -50,7 +50,8 @@ class World:
         self.base = pool[:14]
         self.extra, self.outside = pool[14], pool[15]
         self.index_dir = tmp / "idx"
-        idx = Index.create(self.index_dir, preset)
+        name, _, shards = preset.partition("/")
+        idx = Index.create(self.index_dir, name, shards=int(shards.split("-")[0]) if shards else 1)
         idx.sync(self.base)
         self.g0 = idx.catalog.generation()
         by_path = {r["path"]: r for r in idx.catalog.rows()}
@@ -164,8 +165,9 @@ def check(world, results):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_concurrent_searches_equal_their_generations_single_threaded_answers(tmp_path, pool, preset):
-    if missing_pieces(load_preset(preset)):
-        pytest.skip(f"preset {preset!r} needs pieces this installation lacks: {missing_pieces(load_preset(preset))}")
+    name = preset.partition("/")[0]
+    if missing_pieces(load_preset(name)):
+        pytest.skip(f"preset {name!r} needs pieces this installation lacks: {missing_pieces(load_preset(name))}")
     world = World(tmp_path, preset, pool)
 
     # 1. Index.search from a thread pool: one Index shared by every thread
