@@ -484,7 +484,7 @@ class Index:
             "roots": self.roots,
             "excluded": self.excluded,
             "bytes_on_disk": int(size), "compact_features": self.compact_features,
-            "runs": len(runs), "last_run": runs[-1] if runs else None,
+            "shards": shard_count(self.catalog), "runs": len(runs), "last_run": runs[-1] if runs else None,
         }
 
     def close(self) -> None:

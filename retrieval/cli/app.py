@@ -275,6 +275,7 @@ def info_cmd(index_dir, out):
     click.echo(f"model      {m.get('id', '-')} ({origin}trained on {m.get('trained_on', '-')} images)")
     click.echo(f"images     {info['indexed']} indexed, {info['errors']} unreadable; generation {info['generation']}")
     click.echo(f"disk       {info['bytes_on_disk'] / 1e6:.1f} MB (catalog, model, search state; the feature store apart)")
+    click.echo(f"state      {info['shards']} shard(s); features in {info['compact_features'] or 'full'}{'-byte codes' * bool(info['compact_features'])}")  # noqa: E501
     if info["last_run"]:
         r = info["last_run"]
         click.echo(f"last run   {r['started']} {r['status']}: +{r['added'] or 0} ~{r['changed'] or 0} "

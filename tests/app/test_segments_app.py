@@ -230,6 +230,9 @@ def test_a_sharded_object_index_ranks_like_the_unsharded_one(tmp_path, pool, pre
     assert state["shards"] == 3 and {s["shard"] for s in state["segments"]} == {0, 1, 2}
     queries = present[::2]
     three, one = Index.open(tmp_path / "s3"), Index.open(tmp_path / "s1")
+    assert three.info()["shards"] == 3 and one.info()["shards"] == 1
+    res = CliRunner().invoke(main, ["info", "--index", str(tmp_path / "s3")], catch_exceptions=False)
+    assert "3 shard(s); features in full" in res.output
     assert ranked(three, queries) == ranked(one, queries)
     for method in ("delta1", "delta2", "l2"):
         got = [[h.path for h in three.search(str(q), k=8, method=method, rerank="exact")] for q in queries]
