@@ -153,7 +153,10 @@ class PartsSignatures:
 
     @property
     def idf_(self) -> np.ndarray:
-        return self.weights.signatures()[0] if self.weights is not None else np.ones(self.parts[0].searcher.n_words)
+        """The collection's idf (with idf), else ones."""
+        if self.weights is not None:
+            return self.weights.signatures()[0]
+        return np.ones(self.parts[0].searcher.n_words if self.parts else 0)
 
     def similarities(self, qwords, qvec, **options) -> np.ndarray:
         if self.weights is None:
