@@ -190,8 +190,8 @@ class Verifier:
         score), then the rest of the shortlist and the tail in their first-stage order. ``hits`` are this call's
         own records (set in place).
 
-        Early stopping (the shortlist is then verified in its order, a few hits at a time; the outcomes beyond the
-        stopping point in the last batch are set back, so the result does not depend on ``threads``):
+        Early stopping (the shortlist is then verified in its order, a few hits ahead on the ``threads``; the
+        outcomes beyond the stopping point are dropped, so the result does not depend on ``threads``):
 
         - ``patience`` > 0: verification stops after ``patience`` unverified hits in a row; the hits after that
           point are left unverified, after those that failed (in their order);
