@@ -47,8 +47,7 @@ from retrieval.engine.segments import (
     segments_root,
     shard_of,
 )
-from retrieval.search import smk
-from retrieval.search.postings import live_counts
+from retrieval.search.dissimilarities import idf_weights
 
 __all__ = ["ObjectSegments", "Part", "merged", "topk_by_id", "view"]
 
@@ -115,21 +114,15 @@ class CollectionWeights:
         df = np.zeros(self.n_words, np.int64)
         for c in counts:
             df += c
-        return smk.idf_of(df, self.n_live)
+        return idf_weights(df, self.n_live)
 
     def signatures(self) -> tuple:
         """``(idf, [gamma of each part's rows])`` of the signatures (ASMK*)."""
         with self._lock:
             if self._smk is None:
-                counts = []
-                for p, m in zip(self.parts, self.masks, strict=True):
-                    f = p.searcher.smk_
-                    f.commit()
-                    c = np.empty(self.n_words, np.int64)
-                    live_counts(np.asarray(f.indptr_), np.asarray(f.rows_), np.asarray(m, np.bool_), c)
-                    counts.append(c)
-                idf = self._idf(counts)
-                self._smk = idf, [smk.collection_gamma(p.searcher.smk_, idf) for p in self.parts]
+                files = [p.searcher.smk_ for p in self.parts]
+                idf = self._idf([f.document_frequencies(m) for f, m in zip(files, self.masks, strict=True)])
+                self._smk = idf, [f.gamma_under(idf) for f in files]
             return self._smk
 
     def histograms(self) -> tuple:

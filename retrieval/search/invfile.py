@@ -31,6 +31,7 @@ import numpy as np
 from retrieval._version import __version__
 from retrieval.core.checks import check_choice, check_scalar, is_sparse
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
+from retrieval.search.dissimilarities import idf_weights
 from retrieval.search.postings import (
     filter_postings,
     histogram_rows,
@@ -199,21 +200,12 @@ class InvertedFile:
             self._dirty = False
 
     def _refresh_weights(self) -> None:
-        n = self.ids_.shape[0]
         if self.idf:
-            df = np.diff(self.indptr_)
-            idf = np.zeros(self.n_words, dtype=np.float64)
-            nz = df > 0
-            idf[nz] = np.log(n / df[nz])
-            self.idf_ = idf
-        n1 = np.empty(n, dtype=np.float64)
-        n2 = np.empty(n, dtype=np.float64)
-        image_norms(np.asarray(self.indptr_), np.asarray(self.postings_ids_), np.asarray(self.postings_tf_),
-               self.idf_, n, n1, n2)
-        self.norm1_ = n1
-        self.norm2_ = np.sqrt(n2)
-        self._norm2sq = self.norm2_ ** 2   # as a loaded file has it (norm2 is saved): the same scores either way
-        self._sum_norm1 = float(n1.sum())
+            self.idf_ = idf_weights(np.diff(self.indptr_), self.ids_.shape[0])
+        w = self._norms_under(self.idf_)
+        self.norm1_, self.norm2_ = w["norm1"], w["norm2"]
+        self._norm2sq = w["norm2sq"]   # as a loaded file has it (norm2 is saved): the same scores either way
+        self._sum_norm1 = w["sum_norm1"]
 
     @classmethod
     def from_csr(cls, indptr, postings_ids, postings_tf, ids, *, idf: bool = True) -> InvertedFile:
@@ -331,6 +323,9 @@ class InvertedFile:
         """This file's per-image norms under the weights ``idf`` of a collection it is part of (the idf of all its
         images): what :meth:`terms` takes as ``weights``."""
         self._commit()
+        return self._norms_under(idf)
+
+    def _norms_under(self, idf) -> dict:
         idf = np.asarray(idf, np.float64)
         n = self.ids_.shape[0]
         n1 = np.empty(n, dtype=np.float64)

@@ -32,10 +32,10 @@ import numpy as np
 from numba import njit
 
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
-from retrieval.search.postings import row_mass
+from retrieval.search.dissimilarities import idf_weights
+from retrieval.search.postings import live_counts, row_mass
 
-__all__ = ["SMKFile", "aggregate_residuals", "binarize", "collection_gamma", "expand_query", "idf_of", "selective",
-           "signature_vectors"]
+__all__ = ["SMKFile", "aggregate_residuals", "binarize", "expand_query", "selective", "signature_vectors"]
 
 FORMAT = "retrieval-smk-file"
 FORMAT_VERSION = 1
@@ -293,10 +293,30 @@ class SMKFile:
     def _refresh(self):
         """idf weights, the per-image normalisation gamma (eq. 6) and the id order after a change."""
         self._id_order = np.argsort(self._ids, kind="stable")
-        self.idf_ = idf_of(np.diff(self.indptr_), len(self._ids)) if self.idf else np.ones(self.n_words)
-        words = np.repeat(np.arange(self.n_words), np.diff(self.indptr_))
-        mass = np.bincount(np.asarray(self.rows_, np.int64), weights=self.idf_[words], minlength=len(self._ids))
-        self.gamma_ = np.where(mass > 0, 1.0 / np.sqrt(np.maximum(mass, 1e-300)), 0.0)
+        self.idf_ = idf_weights(np.diff(self.indptr_), len(self._ids)) if self.idf else np.ones(self.n_words)
+        self.gamma_ = self._gamma_under(self.idf_)
+
+    def document_frequencies(self, live=None) -> np.ndarray:
+        """How many images hold each word (int64 (K,)); ``live`` (bool (N,), row order): only those rows."""
+        self._commit()
+        if live is None:
+            return np.diff(self.indptr_).astype(np.int64)
+        out = np.empty(self.n_words, np.int64)
+        live_counts(np.asarray(self.indptr_), np.asarray(self.rows_), np.asarray(live, np.bool_), out)
+        return out
+
+    def gamma_under(self, idf) -> np.ndarray:
+        """The normalisation gamma (eq. 6) of every row under the weights ``idf`` of a collection this file is part
+        of: ``(sum_{c in X} idf_c)^(-1/2)`` (float64, row order); each row's sum is taken over its words in
+        increasing order (:func:`retrieval.search.postings.row_mass`), the same floats however the collection is
+        split into files. What :meth:`similarities` takes, with ``idf``, as ``weights``."""
+        self._commit()
+        return self._gamma_under(idf)
+
+    def _gamma_under(self, idf) -> np.ndarray:
+        mass = np.empty(len(self._ids), np.float64)
+        row_mass(np.asarray(self.indptr_), np.asarray(self.rows_), np.asarray(idf, np.float64), mass)
+        return np.where(mass > 0, 1.0 / np.sqrt(np.maximum(mass, 1e-300)), 0.0)
 
     def remove(self, ids) -> int:
         """Remove images by id; returns how many were indexed."""
@@ -339,7 +359,7 @@ class SMKFile:
 
         qwords : (u,) sorted distinct words of the query; qvec : (u, d) its aggregated residuals (unit norm).
         weights : ``(idf (K,), gamma (N,))`` of a larger collection this file is part of (the idf of all its
-        images, :func:`collection_gamma` of this file's rows under it); None: this file's own."""
+        images, :meth:`gamma_under` it); None: this file's own."""
         self._commit()
         idf, gamma = (self.idf_, self.gamma_) if weights is None else weights
         qwords = np.asarray(qwords, np.int64)
@@ -399,23 +419,6 @@ class SMKFile:
         else:   # written before they were saved: computed from the postings
             obj._refresh()
         return obj
-
-
-def idf_of(df, n_images: int) -> np.ndarray:
-    """``log(N / N_c)`` for the words some image holds, 0 for the others (float64 (K,)); ``df`` the number of
-    images holding each word, ``n_images`` N."""
-    df = np.asarray(df).astype(np.float64)
-    return np.where(df > 0, np.log(max(int(n_images), 1) / np.maximum(df, 1)), 0.0)
-
-
-def collection_gamma(smk_file: SMKFile, idf) -> np.ndarray:
-    """The normalisation gamma (eq. 6) of every row of ``smk_file`` under the weights ``idf`` of a collection it is
-    part of: ``(sum_{c in X} idf_c)^(-1/2)`` (float64, row order), the same floats for an image however the
-    collection is split into files (:func:`retrieval.search.postings.row_mass`)."""
-    smk_file.commit()
-    mass = np.empty(len(smk_file.ids_), np.float64)
-    row_mass(np.asarray(smk_file.indptr_), np.asarray(smk_file.rows_), np.asarray(idf, np.float64), mass)
-    return np.where(mass > 0, 1.0 / np.sqrt(np.maximum(mass, 1e-300)), 0.0)
 
 
 def signature_vectors(sigs, dim: int) -> np.ndarray:
