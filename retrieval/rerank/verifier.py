@@ -178,10 +178,24 @@ class Verifier:
         compiled kernel."""
         ids = [int(i) for i in image_ids]
         dbs = parallel_map(lambda i: self.database(i, get_features, cache), ids, threads)
-        if self.cells is not None and query.probes is None and \
-                any(self.probes_pair(len(query.descriptors), len(db.descriptors)) for db in dbs):
-            query = self.side(query.frames, query.descriptors, query.image_size, roles=("query",))
-        return parallel_map(lambda db: self.check(query, db, query_box), dbs, threads)
+        placed = self._placing(query)
+        return parallel_map(lambda db: self.check(placed(db), db, query_box), dbs, threads)
+
+    def _placing(self, query: Described) -> Callable:
+        """``db -> query`` for the pair with ``db``: ``query`` placed in the match cells (once, by the first pair
+        that needs it, under a lock) when the pair is large enough for the probed test, else as it is."""
+        placed, lock = {}, threading.Lock()
+
+        def query_for(db):
+            if self.cells is None or query.probes is not None or \
+                    not self.probes_pair(len(query.descriptors), len(db.descriptors)):
+                return query
+            with lock:
+                if "query" not in placed:
+                    placed["query"] = self.side(query.frames, query.descriptors, query.image_size, roles=("query",))
+            return placed["query"]
+
+        return query_for
 
     def rerank(self, hits: list, query_features, query_box, get_features: Callable, *, shortlist: int,
                cache: BytesLRU | None = None, threads: int = 1, patience: int = 0, enough: int = 0) -> list:
@@ -222,16 +236,7 @@ class Verifier:
         ``enough``: checked on ``threads`` threads of the shared pool, at most ``2 threads`` ahead of the outcome
         examined, so that the stopping point depends on the outcomes only and little is checked beyond it (what
         is, is dropped). The query is placed in the match cells once, by the first pair that needs it."""
-        placed, lock = {}, threading.Lock()
-
-        def query_for(db):
-            if self.cells is None or query.probes is not None or \
-                    not self.probes_pair(len(query.descriptors), len(db.descriptors)):
-                return query
-            with lock:
-                if "query" not in placed:
-                    placed["query"] = self.side(query.frames, query.descriptors, query.image_size, roles=("query",))
-            return placed["query"]
+        query_for = self._placing(query)
 
         def one(hit):
             db = self.database(hit.id, get_features, cache)
