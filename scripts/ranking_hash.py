@@ -120,8 +120,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.peers or a.oxford:
-        run = run_peers if a.peers else run_oxford
-        print(json.dumps({p: run(p, a.out, a.feature_store) for p in a.presets.split(",")}))
+        runner = run_peers if a.peers else run_oxford
+        print(json.dumps({p: runner(p, a.out, a.feature_store) for p in a.presets.split(",")}))
         return 0
     paths = collection(a.out)
     print(f"{len(paths)} images", file=sys.stderr)

@@ -76,3 +76,38 @@ class CatalogRows:
 
     def __contains__(self, image_id) -> bool:
         return self.get(image_id) is not None
+
+
+class ThreadCatalogs:
+    """One catalog connection per thread (an SQLite connection belongs to the thread that opened it):
+    :meth:`get` gives the calling thread's, opened by ``open_catalog()`` on first use; :meth:`close_all` closes
+    every one (call it when no search runs: SQLite lets a connection be closed from another thread only when it
+    is idle). ``first``: the connection of the creating thread, already open."""
+
+    def __init__(self, open_catalog: Callable[[], object], first=None):
+        self._open = open_catalog
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all = []
+        if first is not None:
+            self._local.catalog = first
+            self._all.append(first)
+
+    def get(self):
+        cat = getattr(self._local, "catalog", None)
+        if cat is None:
+            cat = self._open()
+            self._local.catalog = cat
+            with self._lock:
+                self._all.append(cat)
+        return cat
+
+    def close_all(self) -> None:
+        with self._lock:
+            catalogs, self._all = self._all, []
+        for cat in catalogs:
+            try:
+                cat.close()
+            except Exception:  # noqa: BLE001 - a connection of another thread: closed when that thread ends
+                pass
+        self._local = threading.local()

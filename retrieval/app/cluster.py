@@ -31,6 +31,8 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from retrieval.core.checks import ParamError
+
 SCHEDULER_ENV = "RETRIEVAL_DASK_SCHEDULER"
 """Environment variable read when ``--cluster`` is not given."""
 
@@ -40,8 +42,12 @@ CONNECT_TIMEOUT = 4.0
 logger = logging.getLogger(__name__)
 
 
-class ClusterError(ValueError):
-    """The scheduler cannot be reached, or the cluster has no worker (message: one line naming the address)."""
+class ClusterError(ParamError):
+    """The scheduler cannot be reached, or the cluster has no worker: a refused ``cluster`` address (one line
+    naming it)."""
+
+    def __init__(self, address, template: str, **facts):
+        super().__init__("cluster", address, template=template, **facts)
 
 
 class RemoteExtractionError(Exception):
@@ -56,7 +62,7 @@ def _require_distributed():
     try:
         import distributed
     except ImportError:  # pragma: no cover - depends on the installation
-        raise ClusterError("--cluster needs dask.distributed: pip install 'retrieval[cluster]'.") from None
+        raise ClusterError(None, "{cluster} needs dask.distributed: pip install 'retrieval[cluster]'.") from None
     return distributed
 
 
@@ -66,22 +72,23 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT):
     distributed = _require_distributed()
     address = str(address).strip()
     if not address:
-        raise ClusterError("--cluster: empty scheduler address (expected tcp://HOST:PORT).")
+        raise ClusterError(address, "{cluster}: empty scheduler address (expected tcp://HOST:PORT).")
     host_port = address.split("://", 1)[-1]
     if ":" not in host_port or not host_port.rsplit(":", 1)[1].isdigit():
-        raise ClusterError(f"--cluster {address!r}: expected a Dask scheduler address tcp://HOST:PORT.")
+        raise ClusterError(address, "{cluster} {value!r}: expected a Dask scheduler address tcp://HOST:PORT.")
     host, port = host_port.rsplit(":", 1)
     try:   # a plain TCP connection first: a refused or unreachable address fails at once, not after retries
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:
         why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-        raise ClusterError(f"--cluster {address}: cannot reach a Dask scheduler there ({why}).") from None
+        raise ClusterError(address, "{cluster} {value}: cannot reach a Dask scheduler there ({why}).",
+                           why=why) from None
     try:   # then Dask's handshake: whatever else answers there fails here, before a Client is made
         asyncio.run(_probe(distributed, address, timeout))
     except Exception as exc:  # noqa: BLE001 - not a Dask scheduler: one line
         first = str(exc).splitlines()[0][:160] if str(exc) else ""
-        raise ClusterError(f"--cluster {address}: no Dask scheduler answers there ({type(exc).__name__}"
-                           f"{': ' + first if first else ''}).") from None
+        raise ClusterError(address, "{cluster} {value}: no Dask scheduler answers there ({why}).",
+                           why=type(exc).__name__ + (": " + first if first else "")) from None
     quiet = [logging.getLogger(n) for n in ("distributed", "distributed.client", "distributed.comm.core")]
     levels = [lg.level for lg in quiet]
     for lg in quiet:
@@ -90,8 +97,8 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT):
         client = distributed.Client(address, timeout=f"{timeout}s", set_as_default=False)
     except Exception as exc:  # noqa: BLE001 - whatever answers there is not a Dask scheduler: one line
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise ClusterError(f"--cluster {address}: no Dask scheduler answers there within {timeout:g} s "
-                           f"({type(exc).__name__}: {first}).") from None
+        raise ClusterError(address, "{cluster} {value}: no Dask scheduler answers there within {timeout:g} s "
+                           "({why}).", timeout=timeout, why=f"{type(exc).__name__}: {first}") from None
     finally:
         for lg, lv in zip(quiet, levels, strict=True):
             lg.setLevel(lv)
@@ -113,8 +120,8 @@ def wait_for_workers(client, timeout: float = 30.0) -> None:
     t0 = time.monotonic()
     while not client.scheduler_info().get("workers"):
         if time.monotonic() - t0 > timeout:
-            raise ClusterError(f"the Dask scheduler at {client.scheduler.address} has no worker after "
-                               f"{timeout:g} s (start some with 'dask worker {client.scheduler.address}').")
+            raise ClusterError(client.scheduler.address, "the Dask scheduler at {value} has no worker after "
+                               "{timeout:g} s (start some with 'dask worker {value}').", timeout=timeout)
         time.sleep(0.2)
 
 
@@ -225,7 +232,7 @@ def encode_task(preset: dict, model_dir: str, store_folder: str, key: str, hashe
     """Run on a worker: the images whose features are in the store encoded with the index's trained model
     (loaded once per worker from ``model_dir``). Returns ``(encoded, [(n_features, (width, height)), ...])``,
     ``encoded`` the global vectors (n, D') float32, or for an object preset each image's ``(forward entry,
-    (words, signatures))`` (:meth:`ObjectBackend.encoded <retrieval.engine.object_backend.ObjectBackend.encoded>`)."""
+    (words, signatures))`` (:meth:`ObjectBackend.encoded <retrieval.engine.object.backend.ObjectBackend.encoded>`)."""
     import json
     from pathlib import Path
 

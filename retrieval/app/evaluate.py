@@ -26,6 +26,7 @@ from pathlib import Path
 
 from retrieval._version import __version__
 from retrieval.app.index import Index
+from retrieval.core.checks import ParamError
 from retrieval.core.persistence import write_json_atomic
 from retrieval.datasets.base import Query, RetrievalDataset
 from retrieval.engine.paper_presets import apply_overrides
@@ -61,7 +62,7 @@ def groups_dataset(spec, distractors=None) -> RetrievalDataset:
         top = Path(distractors).resolve()
         extra = {f"distractor:{Path(p).resolve().relative_to(top)}": Path(p) for p in walk_photos(top)}
         if not extra:
-            raise ValueError(f"{distractors}: no image found (--distractors).")
+            raise ParamError("distractors", str(distractors), template="{value}: no image found ({distractors}).")
         paths.update(extra)
 
     def scorer(rankings):
@@ -143,7 +144,7 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     cache_dir = Path(cache_dir) if cache_dir is not None else work_dir / "features"
     warnings = []
     if train_images is None:
-        msg = ("no independent training set given (--train-root): the model is trained on the benchmark's own "
+        msg = ("no independent training set given: the model is trained on the benchmark's own "
                "database images, which is not the papers' protocol and gives optimistic figures")
         logger.warning(msg)
         warnings.append(msg)
@@ -151,7 +152,8 @@ def run_benchmark(dataset: RetrievalDataset, preset, *, work_dir, cache_dir=None
     else:
         train_list = sorted(str(Path(p).resolve()) for p in train_images)
         if not train_list:
-            raise ValueError("the training set is empty (no image found under --train-root).")
+            raise ParamError("train_root", None, template="the training set is empty (no image found under "
+                                                          "{train_root}).")
     db_paths = [str(Path(dataset.paths[n]).resolve()) for n in dataset.database]
     name_of = {p: n for p, n in zip(db_paths, dataset.database, strict=True)}
 

@@ -160,8 +160,8 @@ class IndexFolder:
             return False
         problems = check_folder(self.model_dir)
         if problems:
-            raise ValueError(f"{problems[0]}: the model is damaged; rebuild the index (or 'retrieval index DIR "
-                             f"--model OTHER_INDEX' into a new folder).")
+            raise ValueError(f"{problems[0]}: the model is damaged; rebuild the index (or index the photos into a "
+                             f"new folder with the model of another index: 'retrieval index DIR --model OTHER_INDEX').")
         try:
             info = json.loads(info_path.read_text("utf-8"))
         except ValueError as exc:

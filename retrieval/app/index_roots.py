@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from retrieval.app.index_support import walk_photos
+from retrieval.core.checks import ParamError
 
 
 def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_root: bool,
@@ -23,7 +24,7 @@ def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_
     (one line) when ``folder`` is not followed and neither ``add_root`` nor ``replace_root`` is given, or when a
     followed folder is gone."""
     if add_root and replace_root:
-        raise ValueError("--add-root and --replace-root exclude each other.")
+        raise ParamError("add_root", True, template="{add_root} and {replace_root} exclude each other.")
     root = str(Path(os.path.expanduser(str(folder))).resolve())
     files = walk_photos(root, stats)   # validates the folder first
     roots = list(roots)
@@ -34,15 +35,17 @@ def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_
     elif add_root:
         roots = [*roots, root]
     else:
-        raise ValueError(f"{index_path} follows {', '.join(roots)}; {root} is another folder: use --add-root to "
-                         f"follow both, or --replace-root to follow only it (the other images are dropped).")
+        raise ParamError("add_root", False, template="{path} follows {roots}; {root} is another folder: use "
+                         "{add_root} to follow both, or {replace_root} to follow only it (the other images are "
+                         "dropped).", path=str(index_path), roots=", ".join(roots), root=root)
     more = []
     for r in roots:
         if r == root:
             continue
         if not os.path.isdir(r):
-            raise ValueError(f"{r}, a folder this index follows, is missing (an unmounted disk?): nothing was "
-                             f"changed; give --replace-root to follow only {root}.")
+            raise ParamError("replace_root", False, template="{missing}, a folder this index follows, is missing (an "
+                             "unmounted disk?): nothing was changed; give {replace_root} to follow only {root}.",
+                             missing=r, root=root)
         more.append(walk_photos(r, stats))
     if more:   # several folders (one may hold another): each file once, in order
         files = sorted(set(files).union(*more))

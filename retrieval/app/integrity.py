@@ -98,60 +98,10 @@ def check_index(idx, *, checksums: bool = True) -> dict:
 
 
 def repair_index(idx) -> dict:
-    """``retrieval check --repair``: rebuild the committed generation from the model and the feature store (no
-    feature is re-extracted) when it is damaged or missing, published by :meth:`IndexFolder.publish
-    <retrieval.app.folder.IndexFolder.publish>` like any other generation. Returns ``{"repaired": [...],
-    "could_not": [...]}``."""
-    import shutil
-
-    import numpy as np
-
-    from retrieval.app.catalog import CatalogChanges
-    from retrieval.app.index_support import LazyFeatures
-
-    report = check_index(idx)
-    out = {"repaired": [], "could_not": []}
-    if report["catalog"] != "ok":
-        out["could_not"].append(f"the catalog is damaged ({report['catalog']}): rebuild the index "
-                                f"('retrieval index PHOTO_DIR' into a new folder)")
-        return out
-    if report["model"]:
-        out["could_not"].append(f"the model is damaged ({report['model'][0]}): rebuild the index")
-        return out
-    folder = idx.folder
-    gen, rows = idx.catalog.snapshot()
-    for g, problems in report["generations"].items():
-        if g != gen and problems:   # a damaged fallback: of no use, removed
-            shutil.rmtree(folder.gen_dir(g), ignore_errors=True)
-            out["repaired"].append(f"removed the damaged older generation {g} ({problems[0]})")
-    if not gen or not report["generations"].get(gen):
-        return out
-    with idx.writer_lock():
-        indexed = [r for r in rows if r["status"] == "indexed"]
-        store, key = idx.store, idx.extractor.config_key
-        missing = [r["path"] for r in indexed if (r["hash"], key) not in store]
-        if missing:
-            out["could_not"].append(f"{len(missing)} images have no features in the store (first: {missing[0]}): "
-                                    f"run 'retrieval index' to extract them again")
-            return out
-        approximate = exact_features_again(store, idx.extractor, indexed)
-        backend = folder.new_backend()
-        folder.load_model_into(backend)
-        backend.load_state(None)
-        backend.add(np.asarray([r["id"] for r in indexed], np.int64),
-                    LazyFeatures(store, key, [r["hash"] for r in indexed]))
-        if idx.owns_store:
-            store.drop_full(key, [r["hash"] for r in indexed])
-        if approximate:
-            out["repaired"].append(f"{approximate} images whose file is gone or changed were encoded from their "
-                                   f"compact features (docs/formats.md)")
-        run_id = idx.catalog.start_run("check --repair")
-        new_gen = folder.publish(idx.catalog, backend, CatalogChanges(
-            run_id=run_id, next_id=int(idx.catalog.get_meta("next_id", 0))), after=gen, keep_previous=False)
-        idx.searchers.clear()
-    out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "
-                           f"feature store as generation {new_gen} ({len(indexed)} images)")
-    return out
+    """``retrieval check --repair``: :func:`check_index`, then :meth:`Writer.repair
+    <retrieval.app.index_build.Writer.repair>` (a damaged or missing committed generation rebuilt from the model and
+    the feature store, damaged older generations removed). Returns ``{"repaired": [...], "could_not": [...]}``."""
+    return idx.writer().repair(check_index(idx))
 
 
 def restore_catalog(index_path) -> str | None:

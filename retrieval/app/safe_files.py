@@ -1,5 +1,5 @@
 """File moves that never replace a file, and the freedesktop.org trash (used by
-:mod:`retrieval.app.duplicate_actions`).
+:mod:`retrieval.app.duplicates.actions`).
 
 :func:`move_file` renames a file on one filesystem, and across filesystems copies it to a temporary name beside
 its destination, checks and fsyncs the copy, renames it into place and only then removes the original: a crash

@@ -32,6 +32,7 @@ from retrieval.core.cache import BytesLRU
 from retrieval.core.compiled import numba_loaded
 from retrieval.engine.backend import Backend
 from retrieval.engine.hits import Hit
+from retrieval.engine.params import SearchContext, SearchParams
 from retrieval.rerank.verifier import Outcome
 
 logger = logging.getLogger("retrieval.app.index")
@@ -97,14 +98,9 @@ class Searcher:
         self.verify_threads = int(verify_threads)
         self.signature = signature
         self.features_form = features_form
-
-    @property
-    def config(self):
-        return self.backend.config
-
-    @property
-    def verifier(self):
-        return self.backend.verifier
+        self.config = backend.config
+        self.verifier = backend.verifier   # built once with the model: the same object for every search
+        self._context = SearchContext(self.features_of, cache, self.verify_threads)
 
     def features_of(self, image_id: int):
         """The stored features of an indexed image of this generation (extracted again when the store lost them);
@@ -116,24 +112,23 @@ class Searcher:
         return self.extractor(r["path"]) if f is None else f
 
     # ------------------------------------------------------------------ search
-    def search(self, query: Query, *, k: int, method=None, rerank=None, query_expansion=None,
-               shortlist: int | None = None, options: dict | None = None) -> list[Hit]:
-        """Ranked hits of ``query`` (new records, with ``rank`` and ``path``); the sideways fallback of the preset's
-        ``search.rotation_fallback`` for a whole-image query that verifies nothing but copies of itself."""
+    def search(self, query: Query, params: SearchParams | None = None) -> list[Hit]:
+        """Ranked hits of ``query`` (new records, with ``rank`` and ``path``); ``params`` (None: the defaults)
+        checked once against this index (:meth:`SearchParams.resolve
+        <retrieval.engine.params.SearchParams.resolve>`). With the preset's ``search.rotation_fallback``, a
+        whole-image query that verifies nothing but copies of itself is searched again turned sideways."""
         if next(_searches) and not numba_loaded():
             load_search_kernels()
-        options = dict(options or {})
-        hits = self._search(query.features, query.box, k=k, method=method, rerank=rerank,
-                            query_expansion=query_expansion, shortlist=shortlist, options=options)
+        resolved = (params or SearchParams()).resolve(self.backend.offer, self.config.search)
+        hits = self.backend.search(query.features, query.box, resolved, self._context)
         s = self.config.search
-        if s.rotation_fallback and query.whole and (rerank or s.rerank) == "spatial":
-            n = s.rotation_verify_top
+        if s.rotation_fallback and query.whole and resolved.rerank == "spatial":
+            turned = resolved.turned(s.rotation_verify_top)
 
             def turned_search(features):
-                return self._search(features, query_region_of(features), k=n, method=method, rerank=rerank,
-                                    query_expansion=0, shortlist=n, options=dict(options))
+                return self.backend.search(features, query_region_of(features), turned, self._context)
 
-            hits = with_rotations(hits, query, self.rows, k, self.extractor, turned_search)
+            hits = with_rotations(hits, query, self.rows, resolved.k, self.extractor, turned_search)
         rows = self._rows_of([hit.id for hit in hits])
         out = []
         for hit in hits:   # the backends build new hits for every search: completed in place
@@ -150,11 +145,6 @@ class Searcher:
         if get_many is not None:
             return get_many(ids)
         return {i: r for i in ids if (r := self.rows.get(i)) is not None}
-
-    def _search(self, features, box, *, k, method, rerank, query_expansion, shortlist, options) -> list[Hit]:
-        return self.backend.search(features, k=k, query_box=box, method=method, rerank=rerank,
-                                   get_features=self.features_of, query_expansion=query_expansion,
-                                   shortlist=shortlist, cache=self.cache, threads=self.verify_threads, **options)
 
     # ------------------------------------------------------------------ one pair
     def match(self, query: Query, image_id: int) -> Match:

@@ -13,7 +13,7 @@ global best: IVFADC candidates by (ADC distance, id) up to ``index.shortlist``, 
 product descending, id) -- the unsharded index's ordering, so the ranked lists are the same. Spatial re-ranking and
 query expansion then run on the client, unchanged.
 
-The object presets (``accurate``, ``object``) are sharded the same way (:mod:`retrieval.engine.object_parts`): each
+The object presets (``accurate``, ``object``) are sharded the same way (:mod:`retrieval.engine.object.parts`): each
 segment holds the images of one shard (its own postings, signatures and forward index; ``shard`` in the
 generation's list), and a search scores every shard's segments as one collection (with idf, under the document
 frequencies of all shards' images, each image's normalisation recomputed under them), so the lists are those of the
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.core.checks import ParamError
 from retrieval.core.persistence import fsync_dir
 from retrieval.engine.backend import (
     STATE_FORMAT,
@@ -52,11 +53,12 @@ def check_shards(preset: dict, n_shards) -> int:
     whose backend cannot be sharded (``global`` presets with ``index.type`` exhaustive / ivfadc and the object
     presets can)."""
     if isinstance(n_shards, bool) or not isinstance(n_shards, (int, np.integer)) or not 1 <= n_shards <= MAX_SHARDS:
-        raise ValueError(f"--shards must be an integer from 1 to {MAX_SHARDS}; got {n_shards!r}.")
+        raise ParamError("shards", n_shards, f"an integer from 1 to {MAX_SHARDS}")
     if n_shards > 1 and not make_backend(preset).shardable:
-        raise ValueError(f"--shards {n_shards}: preset {preset['name']!r} (kind {preset['kind']}) cannot be sharded; "
-                         f"sharding needs a 'global' preset with index.type 'flat' or 'ivfadc' (e.g. default) or "
-                         f"an object preset (accurate, object).")
+        raise ParamError("shards", n_shards, template=(
+            "{shards} {value}: preset {preset!r} (kind {kind}) cannot be sharded; sharding needs a 'global' preset "
+            "with index.type 'flat' or 'ivfadc' (e.g. default) or an object preset (accurate, object)."),
+            preset=preset["name"], kind=preset["kind"])
     return int(n_shards)
 
 
@@ -64,7 +66,7 @@ def make_index_backend(preset: dict, n_shards: int = 1):
     """The backend of an index: :func:`make_backend`, or a :class:`GlobalBackend` whose first stage is a
     :class:`ShardedStage` when ``n_shards`` > 1."""
     if n_shards > 1 and preset.get("kind") == "object":
-        from retrieval.engine.object_backend import ObjectBackend
+        from retrieval.engine.object.backend import ObjectBackend
 
         return ObjectBackend(preset, n_shards)
     if n_shards > 1:

@@ -192,11 +192,11 @@ def _prepare(data_dir, workdir: Path, n: int, extractor, store, workers) -> Path
 
 def candidate_search(idx, *, k: int | None = None, sample: int = 2000) -> dict:
     """How the finder searched the candidates of ``idx``: ``{"inverted_file", "cells", "seconds", ...}``; through the
-    inverted file (:mod:`retrieval.app.duplicate_candidates`), also the share of a sample of photos' exact
-    candidates it found (:func:`~retrieval.app.duplicate_candidates.sampled_recall`)."""
-    from retrieval.app.duplicate_candidates import candidate_pairs, sampled_recall, search_cells
-    from retrieval.app.duplicate_codes import CodeSpace, centred
+    inverted file (:mod:`retrieval.app.duplicates.candidates`), also the share of a sample of photos' exact
+    candidates it found (:func:`~retrieval.app.duplicates.candidates.sampled_recall`)."""
     from retrieval.app.duplicates import DEFAULT_CANDIDATES, DEFAULT_THRESHOLD
+    from retrieval.app.duplicates.candidates import candidate_pairs, sampled_recall, search_cells
+    from retrieval.app.duplicates.codes import CodeSpace, centred
 
     k = DEFAULT_CANDIDATES if k is None else k
     rows = [r for r in idx.catalog.snapshot()[1] if r["status"] == "indexed"]
@@ -221,8 +221,8 @@ def bench_speed(data_dir, workdir, sizes=(1000, 10000), *, preset: str = "defaul
     "codes_s", "first_s", "first_photos_per_s", "again_s", "again_photos_per_s", "groups": {kind: n},
     "candidates": {...}}`` (``candidates``: :func:`candidate_search`; the ``again_`` keys only with ``again``);
     ``threads``: verification threads (None: the default of ``retrieval duplicates``)."""
-    from retrieval.app.duplicate_codes import CODES_DIR, LEGACY_FILE, CodeParts, codes_key, keep_codes
     from retrieval.app.duplicates import find_duplicates
+    from retrieval.app.duplicates.codes import CODES_DIR, LEGACY_FILE, CodeParts, codes_key, keep_codes
     from retrieval.app.index import Index
     from retrieval.features.extractor import FeatureExtractor
     from retrieval.features.store import FeatureStore

@@ -155,7 +155,7 @@ def inject(index, photos, start: int, stop: int, sources: dict, seed: int = 0) -
     S = len(sources["hashes"])
     rng = np.random.default_rng(seed)
     numbers = list(range(int(start), int(stop)))
-    with idx.writer_lock():
+    with idx.folder.writer_lock():
         gen = cat.generation()
         backend = folder.load_backend(gen, fallback=False)
         objects = backend.kind == "object"

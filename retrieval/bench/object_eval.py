@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.searcher import ObjectSearcher
 from retrieval.features.image import is_image_name
 from retrieval.rerank.boxes import box_iou, project_box
 
@@ -186,18 +186,18 @@ def evaluate_asmk_reference(features: dict, queries: list[dict], *, seed: int = 
     learnt on every image's RootSIFT (as :func:`evaluate`'s vocabulary), each query's descriptors restricted to its
     box; returns ``{"method": "ASMK*", "top1", "mAP", "n_queries"}`` (mean reciprocal rank of the target, the query
     and its junk ignored)."""
-    from retrieval.bench.peers import _rootsift, asmk_index, asmk_ranks
+    from retrieval.bench.peers import asmk_index, asmk_ranks, rootsift_of
     from retrieval.features.frames import select_in_box
 
     paths = sorted(features)
     ids = {p: i for i, p in enumerate(paths)}
-    descs = [_rootsift(features[p]) for p in paths]
+    descs = [rootsift_of(features[p]) for p in paths]
     method, _, _ = asmk_index(descs, descs, seed=seed)
     rr = []
     for q in queries:
         f = features[q["query"]]
         ignore = {ids[q["query"]]} | {ids[p] for p in q.get("junk", ()) if p in ids}
-        ranked = [int(r) for r in asmk_ranks(method, _rootsift(f)[select_in_box(f, q["box"])], len(paths))
+        ranked = [int(r) for r in asmk_ranks(method, rootsift_of(f)[select_in_box(f, q["box"])], len(paths))
                   if int(r) not in ignore]
         target = ids[q["target"]]
         rr.append(1.0 / (ranked.index(target) + 1) if target in ranked else 0.0)

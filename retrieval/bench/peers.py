@@ -41,7 +41,7 @@ alpha = 3, tau = 0; query-side multiple assignment 5)."""
 MAX_TRAIN_DESCRIPTORS = 2_000_000
 
 
-def _rootsift(features) -> np.ndarray:
+def rootsift_of(features) -> np.ndarray:
     d = np.asarray(features.descriptors)
     return np.ascontiguousarray(root_sift(d) if d.dtype == np.uint8 else d, dtype=np.float32)
 
@@ -108,8 +108,8 @@ def asmk_rankings(dataset: RetrievalDataset, *, extractor_kwargs: dict, cache_di
     train = [Path(p) for p in train_paths] if train_paths is not None else db_paths
 
     t0 = time.perf_counter()
-    method, params, n_train = asmk_index([_rootsift(store.get_or_extract(p, extractor)) for p in train],
-                                         [_rootsift(store.get_or_extract(p, extractor)) for p in db_paths],
+    method, params, n_train = asmk_index([rootsift_of(store.get_or_extract(p, extractor)) for p in train],
+                                         [rootsift_of(store.get_or_extract(p, extractor)) for p in db_paths],
                                          codebook_size=codebook_size, seed=seed)
     size = params["train_codebook"]["codebook"]["size"]
     index_seconds = time.perf_counter() - t0
@@ -119,7 +119,7 @@ def asmk_rankings(dataset: RetrievalDataset, *, extractor_kwargs: dict, cache_di
     rankings, times = {}, []
     for q in dataset.queries:
         f = store.get_or_extract(Path(q.path), extractor)
-        d = _rootsift(f)
+        d = rootsift_of(f)
         if q.box is not None:
             d = d[select_in_box(f, q.box)]
         t1 = time.perf_counter()

@@ -221,7 +221,7 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
                 for name, (paths, _) in sets.items()}
     cells = None
     if match_cells:
-        from retrieval.engine.object_backend import train_cells
+        from retrieval.engine.object.backend import train_cells
 
         cells = train_cells([f for fs in feats_of.values() for f in fs], True, random_state)
         out["match_cells"] = {"cells": len(cells.centres), "probes": cells.probes}

@@ -16,35 +16,17 @@ import click
 from retrieval.cli.groups import bench, main
 from retrieval.cli.index_notes import SmallFolderNotes, stopped_message
 from retrieval.cli.options import (
-    box_option,
-    check_image_file,
-    check_output_extension,
     compact_features_option,
-    deprecated_alias,
     echo_json,
+    index_dir_of,
+    index_option,
     json_option,
-    use_alias,
-    verification_cache_mb,
     workers_option,
 )
-from retrieval.cli.output import Output, format_options
+from retrieval.cli.output import format_options
+from retrieval.cli.query import print_hits
 from retrieval.cli.scale import cluster_option, open_client, shards_option
 from retrieval.cli.suggest import check_preset_name
-
-DEFAULT_INDEX = "retrieval-index"
-
-
-def _index_option(f):
-    return click.option("--index", "index_dir", default=None, metavar="DIR",
-                        help=f"Index folder (default: $RETRIEVAL_INDEX or ./{DEFAULT_INDEX}).")(f)
-
-
-def _index_dir(value) -> str:
-    path = value or os.environ.get("RETRIEVAL_INDEX") or DEFAULT_INDEX
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise click.ClickException(f"--index {path}: this is a file; an index is a folder (give a new or an "
-                                   f"existing index folder).")
-    return path
 
 
 def _quiet(ctx) -> bool:
@@ -57,7 +39,7 @@ def _verbose(ctx) -> int:
 
 @main.command("index")
 @click.argument("photo_dir")
-@_index_option
+@index_option
 @click.option("--preset", default=None,
               help="Preset name (see 'retrieval presets') or a preset .json file, for a new index [default: "
                    "default]; an existing index keeps its own (giving another one is an error).")
@@ -104,7 +86,7 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
     from retrieval.app.index import Index, walk_photos
 
     check_preset_name(preset)
-    index_dir = _index_dir(index_dir)
+    index_dir = index_dir_of(index_dir)
     files = walk_photos(photo_dir)  # validates the folder before anything is created
     if not files:
         from retrieval.features.image import IMAGE_EXTENSIONS
@@ -124,11 +106,11 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         raise click.ClickException(f"--compact-features {compact_features}: this index keeps {idx.compact_features}; "
                                    f"'retrieval compact --compact-features N' changes it.")
     if model_dir and idx.catalog.get_meta("model") is None:
-        idx.import_model(Path(model_dir))
+        idx.writer().import_model(Path(model_dir))
     if max_megapixels is not None:   # a guard of this run only: the features themselves do not depend on it
         idx.extractor.max_megapixels = float(max_megapixels)
     if include:
-        back = idx.include(include)
+        back = idx.writer().include(include)
         missing = sorted({os.path.abspath(os.path.expanduser(p)) for p in include} - set(back))
         if missing:
             raise click.ClickException(f"--include {missing[0]}: not a removed file (see 'retrieval info').")
@@ -160,106 +142,15 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
         ctx.exit(1)
 
 
-QUERY_HEADER = f"{'rank':>4}  {'score':>7}  {'similarity':>10}  {'verified':8}  {'inliers':>7}  {'box':19}  path"
-"""The column header of the ``retrieval query`` table (docs/cli.md)."""
-
-
-def format_hit(h) -> str:
-    """One row of the ``retrieval query`` table: rank, score, similarity, ``yes`` / ``no`` (verified), inliers and
-    box (``-`` when unverified), path (last: it may hold spaces)."""
-    sim = "-" if h.similarity is None else f"{h.similarity:.4f}"
-    inl = "-" if h.inliers is None else str(int(h.inliers))
-    box = "-" if h.box is None else ",".join(f"{v:.0f}" for v in h.box)
-    return (f"{h.rank:4d}  {h.score:7.4f}  {sim:>10}  {'yes' if h.verified else 'no':8}  {inl:>7}  {box:19}  "
-            f"{h.path}")
-
-
-HIT_COLUMNS = ["id", "rank", "score", "similarity", "verified", "inliers", "box", "distance", "path"]
-"""The columns of ``retrieval query --format csv``."""
-
-
-def _print_hits(hits, out: Output | bool) -> None:
-    if isinstance(out, bool):
-        out = Output("json" if out else "table")
-
-    def table():
-        click.echo(QUERY_HEADER)
-        for h in hits:
-            click.echo(format_hit(h))
-
-    out.records([h.to_json() for h in hits], columns=HIT_COLUMNS, table=table)
-
-
-@main.command("query")
-@click.argument("image")
-@_index_option
-@box_option("Restrict the query to a box (pixels of the original image after EXIF rotation).")
-@click.option("--top", "-k", "k", type=click.IntRange(1, None), default=10, show_default=True,
-              help="Number of results.")
-@format_options(json_help="Same as --format json: a JSON list of {id, rank, path, score, inliers?, box?, "
-                          "similarity, verified, distance?}.")
-@click.option("--html", "html_path", default=None, metavar="FILE", help="Write a self-contained HTML gallery.")
-@click.option("--scoring", "method", default=None, help="How hits are scored, among the preset's choices (global: "
-              "ip; binary: hamming, expectation, lower_bound; object: l1, l2, delta1, delta2, asmk).")
-@deprecated_alias("--method", "--scoring")
-@click.option("--alpha", type=float, default=None, help="alpha_1 / alpha_2 of delta_1 / delta_2, or the selectivity exponent of "
-              "asmk (object presets).")
-@click.option("--rerank", default=None, help="Re-ranking: none, spatial (object: also exact).")
-@click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
-              help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
-                   "[default: the preset's search.query_expansion].")
-@click.option("--exclude-duplicates", is_flag=True,
-              help="Drop hits that are exact copies or near duplicates (resized, re-encoded) of the query or of a "
-                   "better-ranked hit; photos of the same scene stay.")
-@cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
-                "$RETRIEVAL_DASK_SCHEDULER].")
-@click.pass_context
-def query_cmd(ctx, image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe,
-              exclude_duplicates, cluster):
-    """Search the index with IMAGE: an indexed image (path or id) or any image file.
-
-    The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
-    column never increases down the list (docs/formats.md, "Scores").
-    """
-    method = use_alias(method, deprecated_method, "--method", "--scoring")
-    check_output_extension(html_path, (".html", ".htm"), "--html")
-    from retrieval.app.index import Index
-
-    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
-    check_image_file(image)
-    kwargs = {} if alpha is None else {"alpha": alpha}
-    idx.use_cluster(open_client(ctx, cluster))
-    try:
-        hits = idx.search(image, bbox=bbox, k=3 * k + 5 if exclude_duplicates else k, method=method,
-                          rerank=rerank, query_expansion=qe, **kwargs)
-    except ValueError as exc:   # the library names its parameter --method: the CLI's option is --scoring
-        msg = str(exc)
-        raise ValueError("--scoring" + msg[len("--method"):] if msg.startswith("--method ") else msg) from None
-    if exclude_duplicates:
-        from retrieval.app.duplicates import exclude_duplicates as drop_duplicates
-
-        hits, _ = drop_duplicates(idx, image, hits, k)
-    _print_hits(hits, out)
-    if html_path:
-        from retrieval.app.gallery import write_gallery
-        from retrieval.features import parse_box
-
-        feats_row = idx.query_features(image)[1]
-        qpath = feats_row["path"] if feats_row else image
-        write_gallery(html_path, qpath, hits, query_box=None if bbox is None else parse_box(bbox),
-                      title=f"query: {os.path.basename(str(qpath))}")
-        click.echo(f"gallery written to {html_path}", err=True)
-
-
 @main.command("info")
-@_index_option
+@index_option
 @format_options(json_help="Same as --format json: the summary as one JSON object.")
 def info_cmd(index_dir, out):
     """Summary of an index: preset, model, counts, unreadable files, last run. --format csv gives field,value
     rows; --format paths the photo folders the index follows."""
     from retrieval.app.index import Index
 
-    info = Index.open(_index_dir(index_dir)).info()
+    info = Index.open(index_dir_of(index_dir)).info()
     if out.fmt == "jsonl":
         out.lines([info])
         return
@@ -289,7 +180,7 @@ def info_cmd(index_dir, out):
 
 
 @main.command("check")
-@_index_option
+@index_option
 @click.option("--repair", is_flag=True, help="Rebuild what can be rebuilt (a damaged generation, from the model and "
               "the feature store; no feature is re-extracted) and say what could not.")
 @json_option("Print the findings as JSON.")
@@ -300,8 +191,8 @@ def check_cmd(ctx, index_dir, repair, as_json):
     from retrieval.app.index import Index
     from retrieval.app.integrity import check_index, repair_index, restore_catalog
 
-    restored = restore_catalog(_index_dir(index_dir)) if repair else None
-    idx = Index.open(_index_dir(index_dir))
+    restored = restore_catalog(index_dir_of(index_dir)) if repair else None
+    idx = Index.open(index_dir_of(index_dir))
     report = check_index(idx)
     if restored:
         report["restored"] = restored
@@ -331,13 +222,13 @@ def check_cmd(ctx, index_dir, repair, as_json):
 
 @main.command("remove")
 @click.argument("paths", nargs=-1, required=True)
-@_index_option
+@index_option
 def remove_cmd(paths, index_dir):
     """Drop images (paths or ids) from the index and print each one removed. The files themselves are not touched;
     later syncs leave them out until 'retrieval index DIR --include PATH'."""
     from retrieval.app.index import Index
 
-    idx = Index.open(_index_dir(index_dir))
+    idx = Index.open(index_dir_of(index_dir))
     rows = []
     for p in paths:
         r = idx.catalog.row_by_id(int(p)) if str(p).isdigit() and not os.path.exists(p) else None
@@ -351,7 +242,7 @@ def remove_cmd(paths, index_dir):
 
 
 @main.command("compact")
-@_index_option
+@index_option
 @click.option("--retrain", is_flag=True, help="Also train the IVFADC quantiser again on the collection as it is now.")
 @compact_features_option()
 @json_option("Print what was merged as JSON.")
@@ -361,7 +252,7 @@ def compact_cmd(index_dir, retrain, compact_features, as_json):
     in compact form, convert the feature store (docs/formats.md)."""
     from retrieval.app.index import Index
 
-    idx = Index.open(_index_dir(index_dir))
+    idx = Index.open(index_dir_of(index_dir))
     out = idx.compact(retrain=retrain, compact_features=None if compact_features is None else int(compact_features))
     if as_json:
         return click.echo(json.dumps(out, indent=2))
@@ -375,7 +266,7 @@ def compact_cmd(index_dir, retrain, compact_features, as_json):
 
 
 @main.command("list")
-@_index_option
+@index_option
 @click.option("--status", type=click.Choice(["ok", "failed", "excluded", "all"]), default="all", show_default=True,
               help="Indexed images, unreadable files, files removed with 'remove', or all of them.")
 @format_options(json_help="Same as --format json: a JSON list of {id, path, status, size, features, error?}.")
@@ -384,7 +275,7 @@ def list_cmd(index_dir, status, out):
     tab-separated rows; the path last)."""
     from retrieval.app.index import Index
 
-    idx = Index.open(_index_dir(index_dir))
+    idx = Index.open(index_dir_of(index_dir))
 
     def records():   # read from the catalog as they are written (never the whole catalog in memory)
         if status in ("ok", "failed", "all"):
@@ -461,14 +352,14 @@ def demo_cmd(ctx, out_dir, preset):
     q1 = made["views"]["coffee"][0] if "coffee" in made["views"] else made["photos"][0]
     click.echo(f"\nImage query: {q1}")
     hits1 = idx.search(q1, k=8)
-    _print_hits(hits1, False)
+    print_hits(hits1, False)
     write_gallery(out / "query-image.html", q1, hits1, title="demo: image query")
 
     q2 = str(photos / "chelsea.png") if (photos / "chelsea.png").exists() else made["photos"][0]
     box = (140.0, 20.0, 320.0, 200.0) if q2.endswith("chelsea.png") else None
     click.echo(f"\nBox query: {q2} --bbox " + ("" if box is None else ",".join(f"{v:.0f}" for v in box)))
     hits2 = idx.search(q2, bbox=box, k=8)
-    _print_hits(hits2, False)
+    print_hits(hits2, False)
     write_gallery(out / "query-box.html", q2, hits2, query_box=box, title="demo: box query")
     click.echo(f"\nGalleries: {out / 'query-image.html'}  {out / 'query-box.html'}  "
                f"(open them in a browser)", err=True)

@@ -81,11 +81,10 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, 
     best match (or -) and the indexed photos it duplicates; --format paths lists the new photos already present.
     """
     from retrieval.app.index import Index
-    from retrieval.cli.app import _index_dir
-    from retrieval.cli.options import verification_cache_mb
+    from retrieval.cli.options import index_dir_of, verification_cache_mb
 
     check_output_extension(html_path, (".html", ".htm"), "--html")
-    idx = Index.open(_index_dir(index_dir), verification_cache_mb=verification_cache_mb())
+    idx = Index.open(index_dir_of(index_dir), verification_cache_mb=verification_cache_mb())
     ctx.call_on_close(idx.close)        # every catalog connection closed when the command ends
     if undo_path:
         _undo(idx, undo_path, ctx)
@@ -116,7 +115,7 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, 
         return
     _print_groups(shown, acted, out, ctx, idx)
     if html_path:
-        from retrieval.app.duplicate_html import write_duplicates_html
+        from retrieval.app.duplicates.report_html import write_duplicates_html
 
         write_duplicates_html(html_path, shown, title=f"duplicates in {idx.path}")
         click.echo(f"groups written to {html_path}", err=True)
@@ -160,7 +159,7 @@ def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None
     import time
     from pathlib import Path
 
-    from retrieval.app.duplicate_actions import apply_plan, dry_run_text, plan_actions
+    from retrieval.app.duplicates.actions import apply_plan, dry_run_text, plan_actions
 
     docs = [g.to_json() for g in groups]
     for d in docs:
@@ -189,7 +188,7 @@ def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None
 
 
 def _undo(idx, plan_path, ctx) -> None:
-    from retrieval.app.duplicate_actions import undo_plan
+    from retrieval.app.duplicates.actions import undo_plan
 
     try:
         summary = undo_plan(idx, plan_path)

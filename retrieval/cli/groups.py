@@ -58,6 +58,16 @@ def quiet_requested(ctx) -> bool:
     return bool(_root_obj(ctx).get("quiet"))
 
 
+FLAG_NAMES = {"k": "--top", "method": "--scoring", "query_expansion": "--qe"}
+"""The options whose name is not the library's parameter name with dashes (:func:`flag_of`)."""
+
+
+def flag_of(param: str) -> str:
+    """The command line's option for the library parameter ``param``: ``add_root`` is ``--add-root``, ``k`` is
+    ``--top`` (:data:`FLAG_NAMES`)."""
+    return FLAG_NAMES.get(param, "--" + param.replace("_", "-"))
+
+
 class RetrievalCommand(click.Command):
     """A command whose unknown options get one line naming the closest ones (:mod:`retrieval.cli.suggest`)."""
 
@@ -99,7 +109,9 @@ class RetrievalGroup(click.Group):
         except (ValueError, OSError, RuntimeError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            raise click.ClickException(str(exc)) from None
+            # a refused parameter (retrieval.core.checks.ParamError) is worded with the option that sets it
+            worded = getattr(exc, "worded", None)
+            raise click.ClickException(worded(flag_of) if worded else str(exc)) from None
         except sqlite3.Error as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise

@@ -13,6 +13,7 @@ from retrieval.cli import (  # noqa: F401  (register)
     features,
     indexing,
     objects,
+    query,
     serve,
 )
 from retrieval.cli.groups import main

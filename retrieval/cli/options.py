@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -154,3 +155,21 @@ def use_alias(value, old_value, old: str, new: str):
     if value is not None and value != old_value:
         raise click.UsageError(f"{old} (deprecated) and {new} disagree: give only {new}.")
     return old_value
+
+
+DEFAULT_INDEX = "retrieval-index"
+
+
+def index_option(f):
+    """``--index DIR``: the index folder of a command (:func:`index_dir_of`)."""
+    return click.option("--index", "index_dir", default=None, metavar="DIR",
+                        help=f"Index folder (default: $RETRIEVAL_INDEX or ./{DEFAULT_INDEX}).")(f)
+
+
+def index_dir_of(value) -> str:
+    """The index folder of ``--index`` (else ``$RETRIEVAL_INDEX``, else :data:`DEFAULT_INDEX`); refuses a file."""
+    path = value or os.environ.get("RETRIEVAL_INDEX") or DEFAULT_INDEX
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise click.ClickException(f"--index {path}: this is a file; an index is a folder (give a new or an "
+                                   f"existing index folder).")
+    return path

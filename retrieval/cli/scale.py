@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from retrieval.cli.groups import bench
+from retrieval.cli.groups import bench, flag_of
 from retrieval.cli.options import json_option
 
 
@@ -34,7 +34,7 @@ def open_client(ctx, address):
     try:
         client = connect(address)
     except ClusterError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(exc.worded(flag_of)) from None
     ctx.call_on_close(client.close)
     return client
 

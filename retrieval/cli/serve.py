@@ -8,9 +8,8 @@ import socket
 
 import click
 
-from retrieval.cli.app import _index_dir, _index_option
 from retrieval.cli.groups import bench, main
-from retrieval.cli.options import echo_json, json_option, workers_option
+from retrieval.cli.options import echo_json, index_dir_of, index_option, json_option, workers_option
 from retrieval.cli.scale import cluster_option, open_client
 
 
@@ -44,7 +43,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 @main.command("serve")
-@_index_option
+@index_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback needs --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
@@ -83,7 +82,7 @@ def serve_cmd(ctx, index_dir, host, port, token, allow_hosts, threads, max_uploa
     if not is_loopback(host) and not token:
         raise click.ClickException(f"--host {host} is not a loopback address: give --token TOKEN (or set "
                                    f"RETRIEVAL_TOKEN); every request must then carry it.")
-    index_dir = _index_dir(index_dir)
+    index_dir = index_dir_of(index_dir)
     client = open_client(ctx, cluster)   # a wrong address: one line, exit 1, before anything starts
     import uvicorn
 

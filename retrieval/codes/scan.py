@@ -32,7 +32,7 @@ def _greater(d1, i1, d2, i2):
 
 
 @njit(cache=True, nogil=True)
-def _sift_down(hd, hi, size, pos, d, i):
+def sift_down(hd, hi, size, pos, d, i):
     """Place (d, i) at ``pos`` of the heap of ``size`` items and sift it down."""
     while True:
         c = 2 * pos + 1
@@ -60,7 +60,7 @@ def heap_sort_inplace(hd, hi):
         i = hi[end]
         hd[end] = hd[0]
         hi[end] = hi[0]
-        _sift_down(hd, hi, end, 0, d, i)
+        sift_down(hd, hi, end, 0, d, i)
 
 
 @njit(cache=True, nogil=True)
@@ -69,7 +69,7 @@ def _offer(hd, hi, thr, thr_i, d, r, ids, use_ids):
     and row ``r`` is not removed (``use_ids`` and ``ids[r] < 0``). Returns the (new) root. Called by the scan
     loops only on that rare path, so the common path (``d > thr``) stays a compare-and-continue."""
     if (d < thr or r < thr_i) and not (use_ids and ids[r] < 0):
-        _sift_down(hd, hi, hd.shape[0], 0, d, r)
+        sift_down(hd, hi, hd.shape[0], 0, d, r)
         return hd[0], hi[0]
     return thr, thr_i
 

@@ -16,6 +16,43 @@ class NotFittedError(ValueError, AttributeError):
     """Raised when a learnt component is used before ``fit``."""
 
 
+class ParamError(ValueError):
+    """A parameter refused, as a value: ``param`` (its name in the library: ``k``, ``shards``, ``add_root``), the
+    ``value`` given and what was ``expected`` (a phrase). The library's message names the parameter as the
+    library does (``k=0: expected an integer >= 1.``); an edge words it in its own terms with :meth:`worded`
+    (a flag on the command line, a field in the API's JSON), from these fields, never by editing the message.
+
+    ``template``: a message of another shape, in which ``{name}`` stands for the parameter ``name`` (worded by
+    the edge), ``{param}`` for ``param``, ``{value}`` / ``{expected}`` for the fields and ``{fact}`` for each
+    keyword ``fact`` given (data inserted as it is, never read as a template), e.g.
+    ``ParamError("add_root", True, template="{add_root} and {replace_root} exclude each other.")``.
+    """
+
+    def __init__(self, param: str, value=None, expected: str = "", *, template: str | None = None, **facts):
+        self.param, self.value, self.expected, self.template = param, value, expected, template
+        self.facts = facts
+        super().__init__(self._text(lambda name: name, "="))
+
+    def worded(self, names=None) -> str:
+        """The message with each parameter called as ``names`` says (a mapping, or a callable name -> word;
+        missing names keep their own)."""
+        if names is None:
+            names = {}
+        word = names if callable(names) else (lambda name: names.get(name, name))
+        return self._text(word, " ")
+
+    def _text(self, word, joint: str) -> str:
+        if self.template is None:
+            return f"{word(self.param)}{joint}{self.value!r}: expected {self.expected}."
+
+        class Words(dict):
+            def __missing__(self, key):
+                return word(key)
+
+        return self.template.format_map(Words(self.facts, param=word(self.param), value=self.value,
+                                              expected=self.expected))
+
+
 def is_sparse(x) -> bool:
     """``scipy.sparse.issparse(x)``, without importing scipy.sparse (0.2 s) when no module did: nothing can be a
     sparse matrix then."""

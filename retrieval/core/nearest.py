@@ -20,7 +20,7 @@ __all__ = ["k_nearest_centers", "nearest_centers", "sq_norms", "squared_distance
 
 _BLOCK_ELEMENTS = 1 << 22       # 16 MiB of float32 distances per block
 _SMALL_D = 32                   # d <= 32 (PQ sub-spaces): the fused compiled pass of _nearest_small
-_FEW_ROWS = 64                  # ... or, for at most this many rows without numba loaded, _nearest_small_numpy
+_FEW_ROWS = 64                  # ... or, for at most this many rows without numba loaded, nearest_small_numpy
 
 
 def sq_norms(A) -> np.ndarray:
@@ -81,7 +81,7 @@ def nearest_centers(X, C, c_sq=None, *, block_elements: int = _BLOCK_ELEMENTS):
     X, C, c_sq = _prepare(X, C, c_sq)
     n, K = X.shape[0], C.shape[0]
     if X.shape[1] <= _SMALL_D and n <= _FEW_ROWS and not numba_loaded():
-        return _nearest_small_numpy(X, np.ascontiguousarray(C.T), c_sq)
+        return nearest_small_numpy(X, np.ascontiguousarray(C.T), c_sq)
     if X.shape[1] <= _SMALL_D:
         from retrieval.core._nearest_small import nearest_small  # numba: compiled on first use
 
@@ -113,7 +113,7 @@ def nearest_centers(X, C, c_sq=None, *, block_elements: int = _BLOCK_ELEMENTS):
     return labels, dist
 
 
-def _nearest_small_numpy(X, Ct, c_sq):
+def nearest_small_numpy(X, Ct, c_sq):
     """:func:`retrieval.core._nearest_small.nearest_small` in NumPy for a few rows: the same float32 operations in
     the same order (``||c||^2`` then ``-2 x_t c_t`` added coordinate by coordinate), ties to the lowest index."""
     n, d = X.shape

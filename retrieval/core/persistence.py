@@ -137,7 +137,7 @@ def _jsonable(value):
     return value
 
 
-def _init_params(obj) -> dict:
+def init_params(obj) -> dict:
     sig = inspect.signature(type(obj).__init__)
     params = {}
     for name, p in sig.parameters.items():
@@ -186,7 +186,7 @@ class PersistableMixin:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        params = _init_params(self)
+        params = init_params(self)
         if "random_state" in params and not (params["random_state"] is None or isinstance(params["random_state"], int)):
             params["random_state"] = None
         attributes, arrays = {}, {}

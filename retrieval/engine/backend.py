@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.core.cache import BytesLRU
 from retrieval.core.persistence import atomic_write, write_array
-from retrieval.engine.config import Preset
 from retrieval.engine.hits import Hit
+from retrieval.engine.params import Offer, Resolved, SearchContext
 from retrieval.engine.presets import preset_config
 from retrieval.rerank.verifier import Verifier
 
@@ -62,20 +61,6 @@ def check_state_header(folder: Path, kind: str) -> dict:
     return header
 
 
-def query_expansion_count(preset_value: int, asked, rerank: str) -> int:
-    """Verified hits averaged into the query: ``asked`` (``--qe``) or the preset's ``search.query_expansion``;
-    0 without spatial re-ranking (nothing is verified), and an explicit request then is an error."""
-    if asked is not None:
-        if isinstance(asked, bool) or not isinstance(asked, (int, np.integer)) or asked < 0:
-            raise ValueError(f"query_expansion must be an int >= 0 (verified hits averaged into the query); "
-                             f"got {asked!r}.")
-        if asked and rerank != "spatial":
-            raise ValueError(f"query expansion ({asked}) averages verified hits: it needs --rerank spatial, "
-                             f"got {rerank!r}.")
-        return int(asked)
-    return int(preset_value) if rerank == "spatial" else 0
-
-
 VERIFICATION_CACHE_MB = 256
 """The smallest default memory budget of a searcher's verification cache (:class:`retrieval.core.cache.BytesLRU`;
 the command line reads ``RETRIEVAL_VERIFY_CACHE_MB``)."""
@@ -106,13 +91,10 @@ class Backend:
 
     def __init__(self, preset: dict):
         self.preset = preset
+        self.config = preset_config(preset)   # the typed view, parsed once (the dict stays the source of truth)
         self.trained = False
         self.effective = {}  # preset parameters reduced to fit the training data (record_reduction)
 
-    @property
-    def config(self) -> Preset:
-        """The typed view of ``self.preset`` (parsed on each access: the dict stays the source of truth)."""
-        return preset_config(self.preset)
 
     # model
     def train(self, features_of: Callable[[int], object], n_images: int, progress=None) -> None:
@@ -155,18 +137,18 @@ class Backend:
         (the IVFADC quantiser); False when the backend is not segmented."""
         return False
 
-    @property
-    def verifier(self) -> Verifier:
-        """The geometric verification of this backend's searches (the preset's ratio and decision threshold, the
-        backend's descriptor space): what ``retrieval match --index`` and the match view use too."""
-        raise NotImplementedError
+    verifier: Verifier | None = None
+    """The geometric verification of this backend's searches (the preset's ratio and decision threshold, the
+    backend's descriptor space), built once when the model is trained or loaded and never reassigned: what
+    ``retrieval match --index``, the match view and the duplicate finder use too (None before a model)."""
 
-    def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               query_expansion=None, shortlist=None, cache: BytesLRU | None = None, threads: int = 1,
-               **options) -> list[Hit]:
-        """Ranked hits, best first, ordered by :func:`retrieval.engine.hits.finish_ranking`; ``query_expansion``
-        (None: the preset's ``search.query_expansion``) is :func:`query_expansion_count`'s ``asked``;
-        ``shortlist`` (None: the preset's) is the number of first-stage results spatially verified; ``cache``
-        keeps described database images across searches, ``threads`` verify images side by side. A search
-        only reads the backend: any number of threads may search one backend at once."""
+    offer: Offer
+    """The scorings and re-rankings a search may ask for (:class:`retrieval.engine.params.Offer`)."""
+
+    def search(self, query, box, params: Resolved, context: SearchContext) -> list[Hit]:
+        """Ranked hits of the query's (selected) local features ``query`` in its region ``box``, best first,
+        ordered by :func:`retrieval.engine.hits.finish_ranking`; ``params`` checked against :attr:`offer`
+        (:meth:`retrieval.engine.params.SearchParams.resolve`); ``context`` the call's own means (the features of
+        database images, the cache of described images, the threads verifying). A search only reads the backend:
+        any number of threads may search one backend at once."""
         raise NotImplementedError

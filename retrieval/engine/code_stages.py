@@ -291,10 +291,9 @@ class BinaryStage(_CodeRows):
         if folder is not None:
             self._codes = read_npy(folder / "codes.npy", mmap=True)
 
-    def check_method(self, method: str) -> dict:
-        if method not in BINARY_DISTANCES:
-            raise ValueError(f"--method must be one of {', '.join(BINARY_DISTANCES)} for preset "
-                             f"{self.preset['name']!r}; got {method!r}.")
+    methods = BINARY_DISTANCES
+
+    def method_options(self, method: str) -> dict:
         return {"distance": method}
 
     def reference_distance(self, q, reference=None, distance: str = "expectation") -> float:

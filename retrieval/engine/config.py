@@ -3,7 +3,7 @@
 A preset file (:mod:`retrieval.engine.presets`) is parsed by :meth:`Preset.from_dict`, which refuses an unknown or
 misspelled key (naming the closest valid one), a value of the wrong type and a value out of its range, each with
 one line, e.g. ``preset 'default': unknown key 'index.nprob' (did you mean 'nprobe'?)``. Each key's default, range
-and meaning are declared once, in the ``_key(...)`` of its field below; the pipeline reads the typed fields, never
+and meaning are declared once, in the ``setting(...)`` of its field below; the pipeline reads the typed fields, never
 ``dict.get(key, default)``. ``docs/user-guide.md`` (section "Presets") tabulates them (:func:`key_table`).
 
 :meth:`Preset.to_dict` gives back the keys the source set (``Preset.from_dict(d).to_dict() == d``: the index folder
@@ -17,11 +17,18 @@ features -> local_pca -> aggregation -> projection -> index, ``object`` runs fea
 
 from __future__ import annotations
 
-import difflib
-import numbers
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
+from retrieval.engine.config_keys import (
+    PresetError,
+    Section,
+    closest_key,
+    range_text,
+    setting,
+    when_kinds,
+    when_types,
+)
 from retrieval.features.detectors import available_detectors, get_detector
 from retrieval.features.image import DEFAULT_MAX_MEGAPIXELS, DEFAULT_MAX_SIDE, DEFAULT_MIN_SIDE
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS
@@ -56,154 +63,20 @@ METHOD_ALPHA = {"delta1": 0.5, "delta2": 0.5, "asmk": 3.0}
 alpha_2 = 0.5 (Zhu et al. 2013), the selectivity exponent 3 (Tolias et al. 2013); l1 / l2 take none."""
 
 
-class PresetError(ValueError):
-    """A preset is malformed: unknown key, wrong type, value out of range (one line naming key and value)."""
-
-
-def _key(default, doc: str, *, kind=int, low=None, high=None, closed="both", choices=None, nullable=False,
-         by_kind=None, used=None):
-    """A declared preset key: its default, type (``int``, ``float``, ``bool``, ``str``, ``dict``), range or choices.
-
-    ``choices`` may be a dict ``{preset kind: choices}`` or a callable returning the choices (the detectors
-    registered at run time); ``by_kind(values, kind)`` gives a default that depends on
-    the preset's kind or on other keys of the section (the field's default is then None); ``used(section, kind)``
-    says whether the pipeline reads the key in that configuration (an unused key is accepted but left out of the
-    effective configuration unless the preset sets it)."""
-    return field(default=default, metadata={"doc": doc, "kind": kind, "low": low, "high": high, "closed": closed,
-                                            "choices": choices, "nullable": nullable, "by_kind": by_kind,
-                                            "used": used})
-
-
-def _types(*types):
-    return lambda section, kind: section.type in types
-
-
-def _kinds(*kinds):
-    return lambda section, kind: kind in kinds
-
-
-def _range_text(m, preset_kind=None) -> str:
-    choices = m["choices"]() if callable(m["choices"]) else m["choices"]
-    if isinstance(choices, dict):
-        choices = choices.get(preset_kind) or sorted({c for cs in choices.values() for c in cs})
-    if choices:
-        text = "one of " + ", ".join(repr(c) for c in choices)
-    elif m["kind"] is bool:
-        text = "true or false"
-    elif m["kind"] is dict:
-        text = "an object"
-    else:
-        name = {int: "an int", float: "a number", str: "a string"}[m["kind"]]
-        lo, hi, closed = m["low"], m["high"], m["closed"]
-        parts = []
-        if lo is not None:
-            parts.append(f"{'>=' if closed in ('both', 'left') else '>'} {lo}")
-        if hi is not None:
-            parts.append(f"{'<=' if closed in ('both', 'right') else '<'} {hi}")
-        text = name + (" " + " and ".join(parts) if parts else "")
-    return text + (" (or null)" if m["nullable"] else "")
-
-
-def _closest(word: str, valid) -> str:
-    close = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" (valid keys: {', '.join(valid)})"
-
-
-def _check_value(where: str, path: str, value, m, preset_kind):
-    """``value`` checked against the declaration ``m`` of key ``path``; ints given for floats become floats."""
-    if value is None and m["nullable"]:
-        return None
-    kind = m["kind"]
-    ok = {int: isinstance(value, numbers.Integral), float: isinstance(value, numbers.Real),
-          bool: isinstance(value, bool), str: isinstance(value, str), dict: isinstance(value, dict)}[kind]
-    ok = ok and (kind is bool or not isinstance(value, bool))
-    problem = "out of range" if ok else "of the wrong type"
-    if ok and kind in (int, float):
-        lo, hi, closed = m["low"], m["high"], m["closed"]
-        if lo is not None and (value < lo or value == lo and closed in ("right", "neither")):
-            ok = False
-        if hi is not None and (value > hi or value == hi and closed in ("left", "neither")):
-            ok = False
-    choices = m["choices"]() if callable(m["choices"]) else m["choices"]
-    if isinstance(choices, dict):
-        choices = choices.get(preset_kind, ())
-    if ok and choices and value not in choices:
-        ok = False
-    if not ok:
-        raise PresetError(f"preset {where}: {path} = {value!r} is {problem}: expected {_range_text(m, preset_kind)}.")
-    return float(value) if kind is float else value
-
-
 @dataclass(frozen=True)
-class _Section:
-    """Parsing, defaults and serialisation shared by the section dataclasses; ``_given`` (the keys the source
-    set) and ``_kind`` (the preset's kind) are filled by :meth:`parse`."""
-
-    section: ClassVar[str] = ""
-    _given: tuple = field(default=(), compare=False, repr=False)
-    _kind: str = field(default="global", compare=False, repr=False)
-
-    @classmethod
-    def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.metadata.get("doc")]
-
-    @classmethod
-    def parse(cls, data, where: str, preset_kind: str):
-        if not isinstance(data, dict):
-            raise PresetError(f"preset {where}: section {cls.section!r} must be an object; got {data!r}.")
-        declared = {f.name: f.metadata for f in fields(cls) if f.metadata.get("doc")}
-        values = {}
-        extra = cls._extra_keys(data, where)
-        for key, value in data.items():
-            if key in extra:
-                continue
-            if key not in declared:
-                raise PresetError(f"preset {where}: unknown key '{cls.section}.{key}'"
-                                  + _closest(key, list(declared) + sorted(extra)))
-            values[key] = _check_value(where, f"{cls.section}.{key}", value, declared[key], preset_kind)
-        for key, m in declared.items():
-            if key not in values and m["by_kind"] is not None:
-                values[key] = m["by_kind"](values, preset_kind)
-        return cls(**values, **cls._extra_values(data, extra), _given=tuple(data), _kind=preset_kind)
-
-    @classmethod
-    def _extra_keys(cls, data: dict, where: str) -> set:
-        return set()
-
-    @classmethod
-    def _extra_values(cls, data: dict, extra: set) -> dict:
-        return {}
-
-    def to_dict(self, full: bool = False) -> dict:
-        """The keys the source set (``full=False``) or every key the pipeline reads for this preset's kind, with
-        its effective value (``full=True``; keys the source set are always included)."""
-        out = {}
-        for f in fields(self):
-            m = f.metadata
-            if not m.get("doc"):
-                continue
-            if f.name in self._given or full and (m["used"] is None or m["used"](self, self._kind)):
-                value = getattr(self, f.name)
-                out[f.name] = dict(value) if isinstance(value, dict) else value
-        return out
-
-
-@dataclass(frozen=True)
-class FeaturesConfig(_Section):
+class FeaturesConfig(Section):
     """``features``: the :class:`retrieval.features.FeatureExtractor` parameters; any other key is a parameter of
     the chosen detector (e.g. ``threshold`` of ``hesaff``), checked against the detector's own list."""
 
     section: ClassVar[str] = "features"
-    detector: str = _key("hesaff", "local feature detector (retrieval.features.detectors)", kind=str,
+    detector: str = setting("hesaff", "local feature detector (retrieval.features.detectors)", kind=str,
                          choices=available_detectors)
-    max_side: int | None = _key(DEFAULT_MAX_SIDE, "longest side of the working image in pixels (null: full "
+    max_side: int | None = setting(DEFAULT_MAX_SIDE, "longest side of the working image in pixels (null: full "
                                 "resolution)", low=8, nullable=True)
-    max_megapixels: float = _key(DEFAULT_MAX_MEGAPIXELS, "larger images are refused (decompression guard)",
+    max_megapixels: float = setting(DEFAULT_MAX_MEGAPIXELS, "larger images are refused (decompression guard)",
                                  kind=float, low=0, closed="neither")
-    min_side: int = _key(DEFAULT_MIN_SIDE, "smaller images are refused", low=1)
-    upscale_to: int | None = _key(None, "images whose longest side is below this are enlarged to it (bicubic) "
+    min_side: int = setting(DEFAULT_MIN_SIDE, "smaller images are refused", low=1)
+    upscale_to: int | None = setting(None, "images whose longest side is below this are enlarged to it (bicubic) "
                                   "before detection (null: never)", low=8, nullable=True,
                                   used=lambda section, kind: section.upscale_to is not None)
     params: dict = field(default_factory=dict)
@@ -222,7 +95,7 @@ class FeaturesConfig(_Section):
         for key in sorted(extra):
             if key not in known:
                 raise PresetError(f"preset {where}: unknown key 'features.{key}'"
-                                  + _closest(key, sorted(declared | known)))
+                                  + closest_key(key, sorted(declared | known)))
         try:
             get_detector(name, **{k: data[k] for k in extra})
         except ValueError as exc:
@@ -253,127 +126,127 @@ class FeaturesConfig(_Section):
 
 
 @dataclass(frozen=True)
-class LocalPCAConfig(_Section):
+class LocalPCAConfig(Section):
     section: ClassVar[str] = "local_pca"
-    n_components: int = _key(64, "dimension of the RootSIFT descriptors after PCA (at most 128)", low=1, high=128)
-    whiten: bool = _key(False, "whiten the reduced descriptors", kind=bool)
+    n_components: int = setting(64, "dimension of the RootSIFT descriptors after PCA (at most 128)", low=1, high=128)
+    whiten: bool = setting(False, "whiten the reduced descriptors", kind=bool)
 
 
 @dataclass(frozen=True)
-class AggregationConfig(_Section):
+class AggregationConfig(Section):
     section: ClassVar[str] = "aggregation"
-    method: str = _key("fisher", "fisher (Jegou et al. 2012, eq. 6), vlad (eq. 18) or bow", kind=str,
+    method: str = setting("fisher", "fisher (Jegou et al. 2012, eq. 6), vlad (eq. 18) or bow", kind=str,
                        choices=AGGREGATION_METHODS)
-    n_components: int = _key(64, "Gaussians (fisher), centroids (vlad) or visual words (bow)", low=1)
-    alpha: float = _key(None, "power normalisation exponent (eq. 7); default 0.5 for fisher/vlad, 1.0 for bow",
+    n_components: int = setting(64, "Gaussians (fisher), centroids (vlad) or visual words (bow)", low=1)
+    alpha: float = setting(None, "power normalisation exponent (eq. 7); default 0.5 for fisher/vlad, 1.0 for bow",
                         kind=float, low=0, high=1, closed="right",
                         by_kind=lambda values, kind: POWER_ALPHA[values.get("method", "fisher")])
-    idf: bool = _key(True, "idf weighting of the BoW histogram (bow only)", kind=bool,
+    idf: bool = setting(True, "idf weighting of the BoW histogram (bow only)", kind=bool,
                      used=lambda section, kind: section.method == "bow")
 
 
 @dataclass(frozen=True)
-class ProjectionConfig(_Section):
+class ProjectionConfig(Section):
     section: ClassVar[str] = "projection"
-    n_components: int = _key(256, "D': dimension after the PCA of the aggregated vector (section null: D' = D)",
+    n_components: int = setting(256, "D': dimension after the PCA of the aggregated vector (section null: D' = D)",
                              low=1)
-    whiten: bool = _key(False, "whiten the projected vector", kind=bool)
-    renormalize: bool = _key(False, "L2-normalise again after the projection", kind=bool)
-    rotation: bool = _key(False, "random orthogonal rotation after the PCA (also index.rotation)", kind=bool)
+    whiten: bool = setting(False, "whiten the projected vector", kind=bool)
+    renormalize: bool = setting(False, "L2-normalise again after the projection", kind=bool)
+    rotation: bool = setting(False, "random orthogonal rotation after the PCA (also index.rotation)", kind=bool)
 
 
 @dataclass(frozen=True)
-class IndexConfig(_Section):
+class IndexConfig(Section):
     section: ClassVar[str] = "index"
-    type: str = _key(None, "global: flat, ivfadc, adc or ivfadc_adc (default flat); binary: binary", kind=str,
+    type: str = setting(None, "global: flat, ivfadc, adc or ivfadc_adc (default flat); binary: binary", kind=str,
                      choices=INDEX_TYPES, by_kind=lambda values, kind: DEFAULT_INDEX_TYPE[kind])
-    min_images: int = _key(4096, "ivfadc: images from which the IVFADC shortlist is built", low=0,
-                           used=_types("ivfadc"))
-    nlist: int = _key(256, "ivfadc, ivfadc_adc: inverted lists (coarse centroids)", low=1,
-                      used=_types("ivfadc", "ivfadc_adc"))
-    nprobe: int = _key(32, "ivfadc, ivfadc_adc: lists visited per query", low=1, used=_types("ivfadc", "ivfadc_adc"))
-    M: int = _key(32, "ivfadc, adc, ivfadc_adc: PQ sub-quantisers", low=1, used=_types("ivfadc", "adc", "ivfadc_adc"))
-    nbits: int = _key(8, "ivfadc, adc, ivfadc_adc: bits per sub-quantiser code", low=1, high=16,
-                      used=_types("ivfadc", "adc", "ivfadc_adc"))
-    shortlist: int = _key(256, "ivfadc: IVFADC candidates re-scored exactly", low=1, used=_types("ivfadc"))
-    vectors: str = _key("float32", "global: storage type of the stored global vectors (vectors.npy); float16 halves "
+    min_images: int = setting(4096, "ivfadc: images from which the IVFADC shortlist is built", low=0,
+                           used=when_types("ivfadc"))
+    nlist: int = setting(256, "ivfadc, ivfadc_adc: inverted lists (coarse centroids)", low=1,
+                      used=when_types("ivfadc", "ivfadc_adc"))
+    nprobe: int = setting(32, "ivfadc, ivfadc_adc: lists visited per query", low=1, used=when_types("ivfadc", "ivfadc_adc"))
+    M: int = setting(32, "ivfadc, adc, ivfadc_adc: PQ sub-quantisers", low=1, used=when_types("ivfadc", "adc", "ivfadc_adc"))
+    nbits: int = setting(8, "ivfadc, adc, ivfadc_adc: bits per sub-quantiser code", low=1, high=16,
+                      used=when_types("ivfadc", "adc", "ivfadc_adc"))
+    shortlist: int = setting(256, "ivfadc: IVFADC candidates re-scored exactly", low=1, used=when_types("ivfadc"))
+    vectors: str = setting("float32", "global: storage type of the stored global vectors (vectors.npy); float16 halves "
                         "the bytes, inner products within 1e-3", kind=str, choices=("float32", "float16"),
                         used=lambda section, kind: kind == "global")
-    rotation: bool = _key(False, "random rotation after the PCA of the aggregated vector (as projection.rotation)",
+    rotation: bool = setting(False, "random rotation after the PCA of the aggregated vector (as projection.rotation)",
                           kind=bool)
-    embedding: str = _key("PCAEITQ", "binary: embedding (Gordo et al. 2014)", kind=str, choices=BINARY_EMBEDDINGS,
-                          used=_types("binary"))
-    bits: int = _key(256, "binary: code length in bits", low=8, used=_types("binary"))
-    distance: str | None = _key(None, "binary: the distance the preset was designed for (informative; the ranking "
+    embedding: str = setting("PCAEITQ", "binary: embedding (Gordo et al. 2014)", kind=str, choices=BINARY_EMBEDDINGS,
+                          used=when_types("binary"))
+    bits: int = setting(256, "binary: code length in bits", low=8, used=when_types("binary"))
+    distance: str | None = setting(None, "binary: the distance the preset was designed for (informative; the ranking "
                                 "uses search.method)", kind=str, choices=BINARY_DISTANCES, nullable=True,
-                                used=_types("binary"))
+                                used=when_types("binary"))
 
 
 @dataclass(frozen=True)
-class TrainingConfig(_Section):
+class TrainingConfig(Section):
     section: ClassVar[str] = "training"
-    max_images: int = _key(1000, "images of the collection sampled to train the model", low=1)
-    max_descriptors: int = _key(200_000, "local descriptors sampled (evenly over the images) to train the "
+    max_images: int = setting(1000, "images of the collection sampled to train the model", low=1)
+    max_descriptors: int = setting(200_000, "local descriptors sampled (evenly over the images) to train the "
                                 "vocabulary and local PCA", low=1)
-    random_state: int = _key(0, "seed of every random choice of training", low=0)
-    min_descriptors_per_word: int = _key(10, "small collections: the vocabulary is capped at descriptors / this",
+    random_state: int = setting(0, "seed of every random choice of training", low=0)
+    min_descriptors_per_word: int = setting(10, "small collections: the vocabulary is capped at descriptors / this",
                                          low=1)
 
 
 @dataclass(frozen=True)
-class SearchConfig(_Section):
+class SearchConfig(Section):
     section: ClassVar[str] = "search"
-    method: str = _key(None, "scoring: ip (global); hamming, expectation, expectation_hat, lower_bound (binary, "
+    method: str = setting(None, "scoring: ip (global); hamming, expectation, expectation_hat, lower_bound (binary, "
                        "default expectation); l1, l2, delta1, delta2, asmk (object, default delta1)", kind=str,
                        choices=SEARCH_METHODS, by_kind=lambda values, kind: DEFAULT_SEARCH_METHOD[kind])
-    rerank: str = _key("none", "re-ranking of the shortlist: none, spatial (global, binary); none, exact, "
+    rerank: str = setting("none", "re-ranking of the shortlist: none, spatial (global, binary); none, exact, "
                        "spatial (object)", kind=str, choices=RERANKS)
-    shortlist: int = _key(50, "global, binary: results re-ranked spatially (object: object_search.shortlist)",
-                          low=1, used=_kinds("global", "binary"))
-    match_probes: int = _key(8, "cells of the model's match cells each query descriptor probes in the ratio test of "
+    shortlist: int = setting(50, "global, binary: results re-ranked spatially (object: object_search.shortlist)",
+                          low=1, used=when_kinds("global", "binary"))
+    match_probes: int = setting(8, "cells of the model's match cells each query descriptor probes in the ratio test of "
                              "the verification (retrieval.rerank.cells); 0: the exact test against every descriptor", low=0)
-    verify_query_features: int = _key(0, "the verification matches at most this many of the query's features, "
+    verify_query_features: int = setting(0, "the verification matches at most this many of the query's features, "
                                       "of largest scale (the database side keeps all); 0: all", low=0)
-    verify_patience: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification stops after this many unverified results in a row (0: the whole shortlist)", low=0, used=_kinds("global", "binary"))
-    verify_enough: int = _key(0, "global, binary: the shortlist is verified in first-stage order and verification stops once this many results have verified; those not checked follow the verified ones (0: the whole shortlist)", low=0, used=_kinds("global", "binary"))
-    verify_top: int = _key(50, "object: the first results (of the exact re-ranking of object_search.shortlist) "
-                           "verified spatially on the stored features", low=1, used=_kinds("object"))
-    min_inliers: int = _key(DEFAULT_MIN_INLIERS, "global, binary: one-to-one inliers for a verified match (9: false-verification rate 0.03 % on 20,000 unrelated real pairs, docs/results.md)", low=1, used=_kinds("global", "binary"))
-    ratio: float = _key(0.85, "Lowe's ratio test of the tentative matches of the verification", kind=float, low=0,
+    verify_patience: int = setting(0, "global, binary: the shortlist is verified in first-stage order and verification stops after this many unverified results in a row (0: the whole shortlist)", low=0, used=when_kinds("global", "binary"))
+    verify_enough: int = setting(0, "global, binary: the shortlist is verified in first-stage order and verification stops once this many results have verified; those not checked follow the verified ones (0: the whole shortlist)", low=0, used=when_kinds("global", "binary"))
+    verify_top: int = setting(50, "object: the first results (of the exact re-ranking of object_search.shortlist) "
+                           "verified spatially on the stored features", low=1, used=when_kinds("object"))
+    min_inliers: int = setting(DEFAULT_MIN_INLIERS, "global, binary: one-to-one inliers for a verified match (9: false-verification rate 0.03 % on 20,000 unrelated real pairs, docs/results.md)", low=1, used=when_kinds("global", "binary"))
+    ratio: float = setting(0.85, "Lowe's ratio test of the tentative matches of the verification", kind=float, low=0,
                         high=1, closed="right")
-    alpha: float = _key(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11), the "
+    alpha: float = setting(0.5, "object: alpha_1 of delta1 / alpha_2 of delta2 (Zhu et al. 2013, eq. 8-11), the "
                         "selectivity exponent of asmk (Tolias et al. 2013, eq. 7)",
-                        kind=float, low=0, used=_kinds("object"))
-    query_expansion: int = _key(0, "average query expansion: the query averaged with this many verified hits "
+                        kind=float, low=0, used=when_kinds("object"))
+    query_expansion: int = setting(0, "average query expansion: the query averaged with this many verified hits "
                                 "(global vectors; object: BoW histograms or asmk signatures in the matched boxes) and "
                                 "searched again; "
                                 "0 = off; needs rerank spatial", low=0)
-    rotation_fallback: bool = _key(False, "a whole-image query that verifies nothing but copies of itself is searched "
+    rotation_fallback: bool = setting(False, "a whole-image query that verifies nothing but copies of itself is searched "
                                    "again turned by 90 and 270 degrees (upright features do not match a sideways "
                                    "photo); needs rerank spatial", kind=bool)
-    rotation_verify_top: int = _key(10, "rotation_fallback: first-stage results of each turned search verified "
+    rotation_verify_top: int = setting(10, "rotation_fallback: first-stage results of each turned search verified "
                                     "(every match the turned searches verified on Holidays and UKBench ranked in "
                                     "their first 3)", low=1, used=lambda section, kind: section.rotation_fallback)
 
 
 @dataclass(frozen=True)
-class ObjectSearchConfig(_Section):
-    """``object_search``: the :class:`retrieval.engine.object_search.ObjectSearcher` parameters."""
+class ObjectSearchConfig(Section):
+    """``object_search``: the :class:`retrieval.engine.object.searcher.ObjectSearcher` parameters."""
 
     section: ClassVar[str] = "object_search"
-    n_words: int = _key(100_000, "vocabulary size (approximate k-means)", low=1)
-    assignment: str = _key("hard", "hard or soft assignment to words", kind=str, choices=("hard", "soft"))
-    idf: bool = _key(True, "idf weighting", kind=bool)
-    rootsift: bool = _key(True, "RootSIFT descriptors", kind=bool)
-    shortlist: int = _key(200, "results re-ranked exactly / spatially", low=1)
-    min_inliers: int = _key(DEFAULT_MIN_INLIERS, "one-to-one inliers for a verified match (as search.min_inliers)", low=1)
-    vocabulary_params: dict | None = _key(None, "extra ApproximateKMeans parameters (n_iter, nprobe, ...)",
+    n_words: int = setting(100_000, "vocabulary size (approximate k-means)", low=1)
+    assignment: str = setting("hard", "hard or soft assignment to words", kind=str, choices=("hard", "soft"))
+    idf: bool = setting(True, "idf weighting", kind=bool)
+    rootsift: bool = setting(True, "RootSIFT descriptors", kind=bool)
+    shortlist: int = setting(200, "results re-ranked exactly / spatially", low=1)
+    min_inliers: int = setting(DEFAULT_MIN_INLIERS, "one-to-one inliers for a verified match (as search.min_inliers)", low=1)
+    vocabulary_params: dict | None = setting(None, "extra ApproximateKMeans parameters (n_iter, nprobe, ...)",
                                           kind=dict, nullable=True)
-    signatures: bool = _key(False, "store per image and word the binary signature of the aggregated residual "
+    signatures: bool = setting(False, "store per image and word the binary signature of the aggregated residual "
                             "(search.method asmk)", kind=bool)
-    query_words: int = _key(1, "asmk: words per query descriptor (multiple assignment)", low=1)
-    threshold: float = _key(0.0, "asmk: threshold tau of the selective function", kind=float, low=-1)
-    asymmetric: bool = _key(True, "asmk: query residuals not binarised (asymmetric similarity)", kind=bool)
+    query_words: int = setting(1, "asmk: words per query descriptor (multiple assignment)", low=1)
+    threshold: float = setting(0.0, "asmk: threshold tau of the selective function", kind=float, low=-1)
+    asymmetric: bool = setting(True, "asmk: query residuals not binarised (asymmetric similarity)", kind=bool)
 
     def searcher_kwargs(self, training: TrainingConfig) -> dict:
         """Keyword arguments of :class:`ObjectSearcher` (seed and training sample size from ``training``)."""
@@ -436,7 +309,7 @@ class Preset:
             raise PresetError(f"preset {where}: 'description' must be a string; got {data['description']!r}.")
         for key in data:
             if key not in TOP_KEYS:
-                raise PresetError(f"preset {where}: unknown key {key!r}" + _closest(key, TOP_KEYS))
+                raise PresetError(f"preset {where}: unknown key {key!r}" + closest_key(key, TOP_KEYS))
         values = {k: data[k] for k in _HEAD}
         values["requires"] = _string_list(data.get("requires", []), "requires", where)
         for spec in values["requires"]:
@@ -495,5 +368,5 @@ def key_table() -> list[tuple[str, str, str, str, str]]:
             if not m.get("doc"):
                 continue
             default = "(see meaning)" if m["by_kind"] is not None else json.dumps(f.default)
-            rows.append((name, f.name, default, _range_text(m), m["doc"]))
+            rows.append((name, f.name, default, range_text(m), m["doc"]))
     return rows

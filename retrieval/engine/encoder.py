@@ -53,15 +53,13 @@ class GlobalEncoder:
 
     def __init__(self, preset: dict, effective: dict):
         self.preset = preset
+        self.config = preset_config(preset)   # the typed view, parsed once (the dict stays the source of truth)
         self.effective = effective
         self.local_pca = None
         self.aggregator = None
         self.projection = None
         self.match_cells = None
 
-    @property
-    def config(self):
-        return preset_config(self.preset)
 
     # ------------------------------------------------------------------ training
     def _fit_vocabulary(self, X: np.ndarray, rng):

@@ -47,12 +47,10 @@ class FirstStage:
 
     def __init__(self, preset: dict, effective: dict):
         self.preset = preset
+        self.config = preset_config(preset)   # the typed view, parsed once (the dict stays the source of truth)
         self.effective = effective
         self._ids = np.empty(0, np.int64)
 
-    @property
-    def config(self):
-        return preset_config(self.preset)
 
     @property
     def ids(self) -> np.ndarray:
@@ -139,11 +137,11 @@ class FirstStage:
         return folder
 
     # search
-    def check_method(self, method: str) -> dict:
-        """The search options of ``method`` (``search.method`` or ``--method``); ValueError when not offered."""
-        if method not in ("ip",):
-            raise ValueError(f"--method {method!r} is not offered by preset {self.preset['name']!r} "
-                             f"(kind global): use 'ip' (inner product of global vectors).")
+    methods = ("ip",)
+    """The scorings this stage offers (checked by :meth:`retrieval.engine.params.SearchParams.resolve`)."""
+
+    def method_options(self, method: str) -> dict:
+        """The search options of ``method``, one of :attr:`methods` (already checked)."""
         return {}
 
     def search(self, q: np.ndarray, k: int, *, reference: np.ndarray | None = None, **options) -> list[Hit]:

@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.core.checks import check_random_state
-from retrieval.engine.backend import Backend, query_expansion_count
+from retrieval.engine.backend import Backend
 from retrieval.engine.encoder import GlobalEncoder, sample_descriptors
 from retrieval.engine.first_stages import FirstStage, VectorStage
 from retrieval.engine.hits import Hit, finish_ranking
+from retrieval.engine.params import Offer, Resolved, SearchContext
 from retrieval.engine.presets import preset_config
 from retrieval.engine.query_expansion import average_query_expansion
 from retrieval.rerank.cells import with_probes
@@ -66,6 +67,7 @@ class GlobalBackend(Backend):
         self.kind = self.stage.kind
         self.encodes_vectors = self.stage.stores_vectors
         self.shardable = self.stage.shardable
+        self.offer = Offer(methods=self.stage.methods, reranks=("none", "spatial"))
 
     # ------------------------------------------------------------------ model
     def train(self, features_of, n_images: int, progress=None) -> None:
@@ -76,7 +78,7 @@ class GlobalBackend(Backend):
         self.stage.fit(self.encoder, features_of, n_images, rng)
         if progress:
             progress(3, 3)
-        self.trained = True
+        self._settle()
 
     def save_model(self, folder: Path) -> dict:
         info = {"files": self.encoder.save(folder), "dim": int(self.encoder.dim)}
@@ -86,6 +88,16 @@ class GlobalBackend(Backend):
     def load_model(self, folder: Path, info: dict) -> None:
         self.encoder.load(folder, info)
         self.stage.load_model(folder, info)
+        self._settle()
+
+    def _settle(self) -> None:
+        """The model is complete (trained or loaded): its verifier is built, once (:attr:`Backend.verifier`):
+        ratio-test matches of RootSIFT reduced by the local PCA (64-d: twice as fast as 128-d), the preset's
+        ``search.ratio`` and ``search.min_inliers``."""
+        s = self.config.search
+        self.verifier = Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
+                                 cells=with_probes(self.encoder.match_cells, s.match_probes),
+                                 query_features=s.verify_query_features)
         self.trained = True
 
     @property
@@ -146,15 +158,6 @@ class GlobalBackend(Backend):
         return self.stage.use_remote(client)
 
     # ------------------------------------------------------------------ search
-    @property
-    def verifier(self) -> Verifier:
-        """Ratio-test matches of RootSIFT reduced by the local PCA (64-d: twice as fast as 128-d), the preset's
-        ``search.ratio`` and ``search.min_inliers``."""
-        s = self.config.search
-        return Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
-                        cells=with_probes(self.encoder.match_cells, s.match_probes),
-                        query_features=s.verify_query_features)
-
     def first_stage(self, q: np.ndarray, k: int, **options) -> list[Hit]:
         """The first stage's top ``k`` for the vector ``q`` (``options``: the stage's own, and ``reference``, the
         vector whose stored form scores similarity 1, default ``q``: :meth:`FirstStage.search
@@ -167,20 +170,12 @@ class GlobalBackend(Backend):
         V = self.stage.vectors_of(ids)
         return V if V is not None else self.encode([get_features(int(i)) for i in ids])
 
-    def search(self, query, *, k: int, query_box, method=None, rerank=None, get_features=None,
-               query_expansion=None, shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:
-        if options:
-            raise ValueError(f"preset {self.preset['name']!r} (kind {self.kind}) takes no option(s) "
-                             f"{', '.join(sorted(options))}.")
-        stage_options = self.stage.check_method(method or self.config.search.method)
+    def search(self, query, box, params: Resolved, context: SearchContext) -> list[Hit]:
+        stage_options = self.stage.method_options(params.method)
         s = self.config.search
-        rerank = rerank or s.rerank
-        if rerank not in ("none", "spatial"):
-            raise ValueError(f"--rerank must be 'none' or 'spatial' for preset {self.preset['name']!r}; "
-                             f"got {rerank!r}.")
-        n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
+        k, rerank, n_qe = params.k, params.rerank, params.query_expansion
         q = self.encode([query])[0]
-        shortlist = s.shortlist if shortlist is None else int(shortlist)
+        shortlist = s.shortlist if params.shortlist is None else params.shortlist
         depth = max(k, shortlist) if rerank == "spatial" else k
         hits = self.first_stage(q, depth, **stage_options)
         if rerank != "spatial":
@@ -189,8 +184,8 @@ class GlobalBackend(Backend):
         verifier = self.verifier
 
         def verify(candidates):
-            return verifier.rerank(candidates, query, query_box, get_features, shortlist=len(candidates),
-                                   cache=cache, threads=threads, patience=s.verify_patience,
+            return verifier.rerank(candidates, query, box, context.get_features, shortlist=len(candidates),
+                                   cache=context.cache, threads=context.threads, patience=s.verify_patience,
                                    enough=s.verify_enough)
 
         checked = verify(hits[:shortlist])
@@ -199,5 +194,5 @@ class GlobalBackend(Backend):
             hits = average_query_expansion(
                 q, hits, {h.id: h for h in checked}, n_qe, depth=depth, shortlist=shortlist, verify=verify,
                 first_stage=lambda v, n, **kw: self.first_stage(v, n, **kw, **stage_options),
-                vectors_of=lambda ids: self.vectors_of(ids, get_features))
+                vectors_of=lambda ids: self.vectors_of(ids, context.get_features))
         return hits[:k]

@@ -34,7 +34,7 @@ class Hit:
     ----------
     id : int
         Image id (the catalog's ``images.id`` in an index; the caller's id for
-        :class:`retrieval.engine.object_search.ObjectSearcher`).
+        :class:`retrieval.engine.object.searcher.ObjectSearcher`).
     score : float
         The ranking key, non-increasing with the rank (:func:`finish_ranking`): ``1 + inliers / (inliers + 10)``
         for a verified hit (in (1, 2)), ``similarity`` for an unverified one (in [0, 1]).

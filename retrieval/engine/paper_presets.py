@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from retrieval.core.checks import ParamError
+
 FEATURES = {"detector": "hesaff", "max_side": 1024}
 TRAINING = {"max_images": 5000, "max_descriptors": 1000000, "random_state": 0}
 
@@ -93,7 +95,7 @@ def build() -> dict:
         paper = {"seed": "002", "table": "I", "row": f"{agg_class[agg]} K={k}", "dataset": "holidays",
                  "metric": "mAP (%)", "figures": {str(d): v for d, v in zip(D_PRIME, row, strict=True)
                                                   if v is not None},
-                 "sweep": "--set projection.n_components=D' (or --set projection=null for D'=D)"}
+                 "sweep": "projection.n_components=D' (or projection=null for D'=D)"}
         if (agg, k) in TABLE_II:
             paper["table_II"] = TABLE_II[(agg, k)]
         desc = (f"Jegou et al. 2012, Table I row {agg_class[agg]} K={k}: "
@@ -140,7 +142,7 @@ def build() -> dict:
                     paper={"seed": "000", "figure": "9", "row": emb, "dataset": "holidays",
                            "figures": ({"text": "SH at 128 bits: asymmetric +8 points mAP (+21 % relative) over "
                                                 "Hamming"} if emb == "SH" else {}),
-                           "sweep": "--set index.bits={32,64,128,256,512} --set search.method="
+                           "sweep": "index.bits={32,64,128,256,512}, search.method="
                                     "{hamming,expectation,lower_bound}"})
         p["kind"] = "binary"
         p["index"] = {"type": "binary", "embedding": emb, "bits": 128, "distance": "hamming"}
@@ -163,7 +165,7 @@ def build() -> dict:
                            + (" with alpha = 0.5 (eq. 8-9)" if method == "delta1" else "")
                            + (" (eq. 10-11)" if method == "delta2" else "")
                            + f", re-ranking: {rerank}; object queries by box.",
-            "requires": ["retrieval.features:FeatureExtractor", "retrieval.engine.object_search:ObjectSearcher"],
+            "requires": ["retrieval.features:FeatureExtractor", "retrieval.engine.object.searcher:ObjectSearcher"],
             "features": dict(FEATURES),
             "object_search": {"n_words": 1000000, "assignment": assignment, "idf": True, "rootsift": True},
             "training": {"max_images": 5000, "max_descriptors": 5000000, "random_state": 0},
@@ -199,7 +201,7 @@ def apply_overrides(preset: dict, assignments) -> dict:
     for item in assignments or ():
         key, sep, raw = str(item).partition("=")
         if not sep or not key:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE (e.g. projection.n_components=512).")
+            raise ParamError("set", item, "KEY=VALUE (e.g. projection.n_components=512)")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -210,20 +212,21 @@ def apply_overrides(preset: dict, assignments) -> dict:
             if depth == 0 and part not in node and (part in SECTIONS or part not in TOP_KEYS):
                 node[part] = {}  # a section left to its defaults (or a typo, named by Preset.from_dict)
             if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"--set {key}: preset {preset.get('name')!r} has no key "
-                                 f"{'.'.join(parts[:depth + 1])!r}.")
+                raise ParamError("set", key, template="{set} {value}: preset {preset!r} has no key {missing!r}.",
+                                 preset=preset.get("name"), missing=".".join(parts[:depth + 1]))
             if node[part] is None:
-                raise ValueError(f"--set {key}: {'.'.join(parts[:depth + 1])!r} is null in preset "
-                                 f"{preset.get('name')!r}; set the whole section instead.")
+                raise ParamError("set", key, template="{set} {value}: {null!r} is null in preset {preset!r}; set the "
+                                 "whole section instead.", null=".".join(parts[:depth + 1]), preset=preset.get("name"))
             node = node[part]
         typed = len(parts) == 1 or len(parts) == 2 and (parts[0] in SECTIONS or parts[0] not in TOP_KEYS)
         if not isinstance(node, dict) or (parts[-1] not in node and not typed):
-            raise ValueError(f"--set {key}: preset {preset.get('name')!r} has no key {key!r}.")
+            raise ParamError("set", key, template="{set} {value}: preset {preset!r} has no key {value!r}.",
+                             preset=preset.get("name"))
         node[parts[-1]] = value
         try:
             Preset.from_dict(out)
         except ValueError as exc:
-            raise ValueError(f"--set {item}: {exc}") from None
+            raise ParamError("set", item, template="{set} {value}: {why}", why=str(exc)) from None
         applied.append(f"{key}={json.dumps(value)}")
     if applied:
         out["overrides"] = list(out.get("overrides", [])) + applied

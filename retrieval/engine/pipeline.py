@@ -9,8 +9,8 @@ one from the preset's ``kind``:
   exhaustive inner product, or IVFADC (Jegou et al. 2012, sec. V-A) once the collection has ``index.min_images``
   images; PQ codes only with ``index.type`` ``adc`` / ``ivfadc_adc`` (eq. 21-23 / sec. VI-C); binary codes searched
   with an asymmetric distance for ``binary`` (Gordo et al. 2014);
-- ``object`` (:mod:`retrieval.engine.object_backend`): the large-vocabulary inverted file with delta_1 of Zhu et al.
-  2013, through :class:`retrieval.engine.object_search.ObjectSearcher`.
+- ``object`` (:mod:`retrieval.engine.object.backend`): the large-vocabulary inverted file with delta_1 of Zhu et al.
+  2013, through :class:`retrieval.engine.object.searcher.ObjectSearcher`.
 
 Every backend's ``search`` returns :class:`retrieval.engine.hits.Hit` records. Spatial re-ranking of a shortlist
 (:func:`retrieval.rerank.spatial.spatial_rerank`, Philbin et al. 2007) is shared by the global, codes-only and binary
@@ -41,7 +41,7 @@ def make_backend(preset: dict) -> Backend:
 
         return GlobalBackend(preset)
     if kind == "object":
-        from retrieval.engine.object_backend import ObjectBackend
+        from retrieval.engine.object.backend import ObjectBackend
 
         return ObjectBackend(preset)
     raise ValueError(f"preset {preset['name']!r}: unknown kind {kind!r}.")

@@ -82,11 +82,16 @@ def preset_digest(preset: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+MOVED_MODULES = {"retrieval.engine.object_search": "retrieval.engine.object.searcher"}
+"""Modules named by the ``requires`` of presets stored in older indexes, and where they live now."""
+
+
 def missing_pieces(preset: dict) -> list[str]:
     """The ``requires`` entries of ``preset`` that cannot be imported, as ``"module:attribute (reason)"``."""
     missing = []
     for spec in preset_config(preset).requires:
         module_name, _, attr = spec.partition(":")
+        module_name = MOVED_MODULES.get(module_name, module_name)
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:

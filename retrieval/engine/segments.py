@@ -178,8 +178,12 @@ class SegmentedStage(FirstStage):
     def load_model(self, folder: Path, info: dict) -> None:
         self.base.load_model(folder, info)
 
-    def check_method(self, method: str) -> dict:
-        return self.base.check_method(method)
+    @property
+    def methods(self) -> tuple:
+        return self.base.methods
+
+    def method_options(self, method: str) -> dict:
+        return self.base.method_options(method)
 
     # ------------------------------------------------------------------ state
     def _parts(self) -> list[Segment]:

@@ -4,7 +4,7 @@ projection of a query box through a verified transform into a database image, an
 
 :func:`query_region` is the one place a query's box is parsed, checked, clipped to the oriented image and its
 features selected. Used by spatial re-ranking (:func:`retrieval.rerank.spatial.spatial_rerank`), object search
-(:class:`retrieval.engine.object_search.ObjectSearcher`) and the box-query benchmark
+(:class:`retrieval.engine.object.searcher.ObjectSearcher`) and the box-query benchmark
 (:mod:`retrieval.bench.object_eval`).
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from retrieval.codes.scan import _sift_down, heap_sort_inplace, scan_block_into_heap
+from retrieval.codes.scan import heap_sort_inplace, scan_block_into_heap, sift_down
 
 __all__ = ["coarse_topk", "ivf_scan"]
 
@@ -81,7 +81,7 @@ def coarse_topk(dots, cnorms, xnorms, outD, outI):
         for c in range(nlist):
             v = np.float32(np.float64(cnorms[c]) - 2.0 * np.float64(dots[q, c]))
             if v < thr:
-                _sift_down(hd, hi, p, 0, v, c)
+                sift_down(hd, hi, p, 0, v, c)
                 thr = hd[0]
         heap_sort_inplace(hd, hi)
         for j in range(p):

@@ -32,8 +32,8 @@ from retrieval._version import __version__
 from retrieval.codes.pq import ProductQuantizer
 from retrieval.core.persistence import (
     FormatError,
-    _init_params,
     fsync_dir,
+    init_params,
     save_npy_atomic,
     write_json_atomic,
 )
@@ -66,7 +66,7 @@ def save_ivfadc(index, folder) -> Path:
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     arrays = _arrays_of(index)
-    params = _init_params(index)
+    params = init_params(index)
     if not (params.get("random_state") is None or isinstance(params.get("random_state"), int)):
         params["random_state"] = None
     header = {

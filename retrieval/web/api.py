@@ -15,10 +15,11 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 
+from retrieval.engine.params import ParamError, SearchParams
 from retrieval.features import parse_box
 from retrieval.web.originals import content_disposition
 from retrieval.web.service import MAX_K, Service
-from retrieval.web.uploads import INCOMING, ApiError, discard, receive
+from retrieval.web.uploads import INCOMING, ApiError, discard, field_error, receive
 
 router = APIRouter(prefix="/api", tags=["api"])
 
@@ -39,6 +40,15 @@ def own_pages_only(request: Request, what: str) -> None:
     site = request.headers.get("sec-fetch-site")
     if site is not None and site.lower() not in ("same-origin", "none"):
         raise ApiError(403, f"{what} is only shown on this server's own pages (Sec-Fetch-Site: {site[:40]}).")
+
+
+def search_params(**fields) -> SearchParams:
+    """The request's :class:`~retrieval.engine.params.SearchParams`, built once from its fields (named as the
+    value's); a refused value is a 400 naming its field (:func:`retrieval.web.uploads.field_error`)."""
+    try:
+        return SearchParams.of(**fields)
+    except ParamError as exc:
+        raise field_error(exc) from None
 
 
 def parse_box_field(box: str | None):
@@ -72,7 +82,7 @@ async def search(request: Request,
                  image: Annotated[UploadFile | None, File(description="an image file (not stored)")] = None,
                  id: Annotated[int | None, Form(description="id of an indexed image")] = None,
                  box: Annotated[str | None, Form(description=BOX_HELP)] = None,
-                 k: Annotated[int, Form(ge=1, le=MAX_K, description="number of results")] = 10,
+                 k: Annotated[int, Form(le=MAX_K, description="number of results (1 to 200)")] = 10,
                  rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None):
     """Ranked results: `{generation, query, seconds, hits: [{id, rank, path, score, inliers?, box?, similarity,
     verified, distance?}], sizes: {id: [width, height]}, folders: {id: folder}}` (a hit's folder as GET
@@ -82,12 +92,12 @@ async def search(request: Request,
     if (image is None) == (id is None):
         raise ApiError(400, "give either an uploaded 'image' or the 'id' of an indexed image (not both).")
     bbox = parse_box_field(box)
+    params = search_params(k=k, rerank=rerank or None)
     if image is None:
-        return await run(svc.pool, svc.search, image_id=id, box=bbox, k=k, rerank=rerank)
+        return await run(svc.pool, svc.search, params, image_id=id, box=bbox)
     checked = await checked_upload(svc, image, tempfile.gettempdir())
     try:
-        return await run(svc.pool, svc.search, image_path=checked.path, box=bbox, k=k,
-                         rerank=rerank)
+        return await run(svc.pool, svc.search, params, image_path=checked.path, box=bbox)
     finally:
         done_with(svc, checked.path)
 

@@ -53,8 +53,9 @@ DOCS_PAGE = """<!DOCTYPE html>
 UPLOAD_OVERHEAD = 1 << 16
 
 
-def error(status: int, message: str, headers=None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+def error(status: int, message: str, headers=None, field: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": message} if field is None else {"error": message, "field": field},
+                        status_code=status, headers=headers)
 
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -115,7 +116,7 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
 
     @app.exception_handler(ApiError)
     async def api_error(request, exc: ApiError):
-        return error(exc.status, exc.message)
+        return error(exc.status, exc.message, field=exc.field)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request, exc: RequestValidationError):

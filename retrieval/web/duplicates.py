@@ -7,7 +7,7 @@
   when the generation did not change while it was computed (otherwise the next request computes it again). The
   finder decodes pixels only to compare two photos of a near pair with identical features: that computation holds
   a reservation of the decode budget (:mod:`retrieval.web.budget`) for the largest photos it may decode at once.
-- **Actions** (:mod:`retrieval.app.duplicate_actions`): a dry run (the plan, nothing touched) or the plan carried
+- **Actions** (:mod:`retrieval.app.duplicates.actions`): a dry run (the plan, nothing touched) or the plan carried
   out, on the groups of the current generation; the plan file goes to ``INDEX/duplicate-plans/`` and its bare
   name is what the undo takes back (never a path: :func:`plan_file`). Carrying out and undoing are writes: they run
   in the server's writer thread, the index's writer lock held by each change of the index as for the other writes.
@@ -122,7 +122,7 @@ class ServedDuplicates:
              ) -> tuple[int, dict]:
         """``(generation, plan)`` of ``action`` on the current groups (nothing is touched); ApiError 400 for bad
         input, 409 when ``generation`` (the one the caller was shown) is no longer the index's."""
-        from retrieval.app.duplicate_actions import plan_actions
+        from retrieval.app.duplicates.actions import plan_actions
 
         kinds = tuple(kinds) if kinds else (("exact",) if action == "link" else ACTED_KINDS)
         if action == "move":
@@ -155,7 +155,7 @@ class ServedDuplicates:
         return gen, plan
 
     def dry_run(self, action: str, **options) -> dict:
-        from retrieval.app.duplicate_actions import dry_run_text
+        from retrieval.app.duplicates.actions import dry_run_text
 
         gen, plan = self.plan(action, **options)
         return {"generation": gen, "confirmed": False, "action": action, "files": len(plan["steps"]),
@@ -164,7 +164,7 @@ class ServedDuplicates:
     def apply(self, action: str, **options) -> dict:
         """Carry out the plan of ``action`` (in the writer thread): ``{generation, confirmed, action, files, lines,
         summary, plan (its file's name), steps: [{path, status, reason}]}``."""
-        from retrieval.app.duplicate_actions import apply_plan, dry_run_text
+        from retrieval.app.duplicates.actions import apply_plan, dry_run_text
 
         _, plan = self.plan(action, **options)
         idx = self.service.local()
@@ -189,7 +189,7 @@ class ServedDuplicates:
 
     def undo(self, name: str) -> dict:
         """Undo the plan file ``name`` of ``INDEX/duplicate-plans`` (in the writer thread)."""
-        from retrieval.app.duplicate_actions import undo_plan
+        from retrieval.app.duplicates.actions import undo_plan
 
         idx = self.service.local()
         path = plan_file(idx.path, name)

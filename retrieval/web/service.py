@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 from retrieval.app.index import Index
 from retrieval.app.matches import match_record
 from retrieval.app.photo_facts import photo_facts
+from retrieval.engine.params import ParamError, SearchParams
 from retrieval.engine.presets import preset_config
 from retrieval.features.image import ImageReadError, decode_cost
 from retrieval.web.budget import DecodeBudget, default_budget_mb
@@ -46,6 +47,7 @@ from retrieval.web.uploads import (
     check_image,
     clean_incoming,
     discard,
+    field_error,
     read_error,
     store_upload,
 )
@@ -184,13 +186,10 @@ class Service:
             raise ApiError(409, "the index is empty: add images ('retrieval index PHOTO_DIR', or POST /api/images).")
         return gen
 
-    def search(self, *, image_id: int | None = None, image_path=None, box=None, k: int = 10,
-               rerank: str | None = None) -> dict:
+    def search(self, params: SearchParams, *, image_id: int | None = None, image_path=None, box=None) -> dict:
         """Search with an indexed image (``image_id``) or an image file (``image_path``, a checked upload),
-        optionally restricted to ``box`` (``x1,y1,x2,y2`` in original pixels after EXIF rotation); ``rerank``
-        overrides the preset's re-ranking (``none`` or ``spatial``)."""
-        if not 1 <= int(k) <= MAX_K:
-            raise ApiError(400, f"k={k}: expected 1 to {MAX_K}.")
+        optionally restricted to ``box`` (``x1,y1,x2,y2`` in original pixels after EXIF rotation), with the
+        request's ``params`` (built by the API from its fields, :func:`retrieval.web.api.search_params`)."""
         idx = self.local()
         self.searchable(idx)
         if image_id is not None:
@@ -200,14 +199,16 @@ class Service:
         try:
             with decoding:
                 res = idx.search_results(int(image_id) if image_id is not None else str(image_path), bbox=box,
-                                         k=int(k), rerank=rerank or None)
+                                         params=params)
+        except ParamError as exc:
+            raise field_error(exc) from None
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         hits = res.hits
         sizes = {str(r["id"]): [r["width"], r["height"]] for r in idx.catalog.rows_by_ids([h.id for h in hits])}
         folders = self.folders.current()
-        return {"generation": res.generation, "query": {"id": image_id, "box": box, "k": int(k),
-                                                                "rerank": rerank},
+        return {"generation": res.generation, "query": {"id": image_id, "box": box, "k": params.k,
+                                                                "rerank": params.rerank},
                 "seconds": round(time.perf_counter() - t0, 4), "hits": [h.to_json() for h in hits], "sizes": sizes,
                 "folders": {str(h.id): folders.folder_of_id(h.id) for h in hits}}
 
@@ -318,7 +319,7 @@ class Service:
                                 f"cannot be added to it.")
         dest = store_upload(checked, self.uploads, name)
         if str(dest) in idx.excluded:
-            idx.include([dest])
+            idx.writer().include([dest])
         try:
             with self.decoding(dest, f"upload {name!r}"):
                 idx.add([dest], root=self.uploads)   # the upload alone: no walk of the followed folders

@@ -20,6 +20,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from retrieval.engine.params import ParamError
 from retrieval.features.image import (
     FORMAT_EXTENSIONS,
     IMAGE_EXTENSIONS,
@@ -40,12 +41,20 @@ SAME_EXTENSION = {".jpeg": ".jpg", ".jpe": ".jpg", ".tiff": ".tif", ".heif": ".h
 
 
 class ApiError(Exception):
-    """An error answered as ``{"error": message}`` with an HTTP ``status``."""
+    """An error answered as ``{"error": message}`` with an HTTP ``status`` (and ``"field"``: the request's field
+    refused, when one is)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, field: str | None = None):
         super().__init__(message)
         self.status = int(status)
         self.message = message
+        self.field = field
+
+
+def field_error(exc: ParamError) -> ApiError:
+    """A refused search parameter (:class:`retrieval.engine.params.ParamError`) in the API's words: 400, naming
+    the request's field (the API's search fields are named as :class:`~retrieval.engine.params.SearchParams`'s)."""
+    return ApiError(400, exc.worded(f"field {exc.param!r} ="), field=exc.param)
 
 
 @dataclass

@@ -45,7 +45,7 @@ def test_another_folder_is_refused_then_added_or_replacing(tmp_path, pool):
     idx = Index.create(tmp_path / "i", small_preset(), feature_store=FEATURE_CACHE)
     idx.sync(a)
     assert idx.roots == [str(a.resolve())] and len(paths_of(idx)) == 6
-    with pytest.raises(ValueError, match="is another folder: use --add-root to follow both, or --replace-root"):
+    with pytest.raises(ValueError, match="is another folder: use add_root to follow both, or replace_root"):
         idx.sync(b)
     assert len(paths_of(idx)) == 6 and idx.info()["runs"] == 1        # refused before anything started
     rep = idx.sync(b, add_root=True)
@@ -53,7 +53,7 @@ def test_another_folder_is_refused_then_added_or_replacing(tmp_path, pool):
     assert idx.roots == [str(a.resolve()), str(b.resolve())]
     rep = idx.sync(a)                                  # a followed folder: both are synced, nothing removed
     assert rep.removed == 0 and rep.unchanged == 9
-    with pytest.raises(ValueError, match="would remove 6 of the 9 indexed images.*--prune"):
+    with pytest.raises(ValueError, match="would remove 6 of the 9 indexed images.*with prune to confirm"):
         idx.sync(b, replace_root=True)
     rep = idx.sync(b, replace_root=True, prune=True)
     assert rep.removed == 6 and idx.roots == [str(b.resolve())] and len(paths_of(idx)) == 3

@@ -356,7 +356,7 @@ def test_a_run_left_running_by_a_killed_process_shows_as_interrupted(cli_index):
         idx.catalog.start_run("a process killed before its commit")
         assert idx.catalog.runs()[-1]["status"] == "running"
         assert idx.info()["last_run"]["status"] == "interrupted"        # nobody holds the writer lock
-        with idx.writer_lock():
+        with idx.folder.writer_lock():
             assert idx.info()["last_run"]["status"] == "running"        # a sync in progress is running
     finally:
         idx.catalog.end_running_runs("interrupted")
@@ -366,7 +366,7 @@ def test_a_run_left_running_by_a_killed_process_shows_as_interrupted(cli_index):
 def test_the_unchanged_folder_shortcut_answers_only_when_nothing_can_differ():
     """A sync of an unchanged folder counts in one pass (``unchanged_counts``); any difference the full comparison
     would act on (a size, an mtime, a new, gone or excluded file, a row not settled) sends it to that comparison."""
-    from retrieval.app.index_build import unchanged_counts
+    from retrieval.app.write_plan import unchanged_counts
     rows = [("/p/a.jpg", 0, 10, 1.5, "indexed", "h0"), ("/p/b.jpg", 1, 20, 2.5, "indexed", "h1"),
             ("/p/c.jpg", 2, 0, 3.5, "error", None)]
     walked = {"/p/a.jpg": (10, 1.5), "/p/b.jpg": (20, 2.5), "/p/c.jpg": (0, 3.5)}

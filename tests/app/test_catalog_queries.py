@@ -19,6 +19,9 @@ from retrieval.app.catalog import Catalog, CatalogChanges, CatalogRows
 from retrieval.app.integrity import CATALOG_BACKUP, restore_catalog
 from retrieval.app.searcher import Searcher
 from retrieval.engine.hits import Hit
+from retrieval.engine.config import Preset
+from retrieval.engine.params import Offer, SearchParams
+from retrieval.engine.presets import load_preset
 
 
 def _row(i, path=None, status="indexed"):
@@ -299,15 +302,17 @@ class ListedBackend:
     """A backend whose first stage returns the given ids, every one verified against its features (stands for
     the real backends' use of ``get_features`` during re-ranking)."""
 
-    config = type("Config", (), {"search": type("Search", (), {"rotation_fallback": False})()})()
+    config = Preset.from_dict(load_preset("default"))
+    offer = Offer(methods=("ip",), reranks=("none", "spatial"))
+    verifier = None
 
     def __init__(self, ids):
         self.ids = ids
         self.verified_sizes = []
 
-    def search(self, features, *, k, get_features, **_):
-        self.verified_sizes = [len(get_features(i)) for i in self.ids]
-        return [Hit(id=i, score=1.0 - j / 10, similarity=1.0 - j / 10) for j, i in enumerate(self.ids[:k])]
+    def search(self, features, box, params, context):
+        self.verified_sizes = [len(context.get_features(i)) for i in self.ids]
+        return [Hit(id=i, score=1.0 - j / 10, similarity=1.0 - j / 10) for j, i in enumerate(self.ids[:params.k])]
 
 
 class Store:
@@ -328,12 +333,12 @@ def test_a_hit_deleted_since_the_searchers_generation_is_dropped(tmp_path):
     searcher = Searcher(generation=1, backend=backend, rows=CatalogRows(lambda: cat), store=Store(),
                         extractor=extractor, cache=None, verify_threads=1)
     query = type("Q", (), {"features": None, "box": None, "whole": True})()
-    assert [(h.rank, h.id, h.path) for h in searcher.search(query, k=3)] == [
+    assert [(h.rank, h.id, h.path) for h in searcher.search(query, SearchParams(k=3))] == [
         (1, 4, "/photos/00004.jpg"), (2, 1, "/photos/00001.jpg"), (3, 3, "/photos/00003.jpg")]
     w.commit([], deletes=[1], moves=[(3, "/moved/3.jpg", 5.0)])   # a sync commits generation 2 meanwhile
     fresh = Searcher(generation=1, backend=backend, rows=CatalogRows(lambda: cat), store=Store(),
                      extractor=extractor, cache=None, verify_threads=1)
-    hits = fresh.search(query, k=3)
+    hits = fresh.search(query, SearchParams(k=3))
     assert [(h.rank, h.id, h.path) for h in hits] == [(1, 4, "/photos/00004.jpg"), (2, 3, "/moved/3.jpg")]
     assert backend.verified_sizes == [3, 0, 3]   # the deleted image: verified against no features
 

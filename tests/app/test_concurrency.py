@@ -19,6 +19,7 @@ from helpers import copy_index, make_pool
 from PIL import Image
 
 from retrieval.app.index import Index
+from retrieval.engine.params import SearchParams
 from retrieval.engine.presets import load_preset, missing_pieces
 
 PRESETS = ["default", "compact", "accurate", "object", "object/3-shards"]   # the last: idf weights over 3 shards
@@ -190,7 +191,7 @@ def test_concurrent_searches_equal_their_generations_single_threaded_answers(tmp
         def by_server(v):
             kind, q, box, rerank = v
             args = {"image_id": q} if kind == "id" else {"image_path": q}
-            body = svc.pool.submit(svc.search, box=box, k=K, rerank=rerank, **args).result()
+            body = svc.pool.submit(svc.search, SearchParams(k=K, rerank=rerank), box=box, **args).result()
             return body["generation"], answer(body["hits"])
 
         check(world, run_concurrently(world, by_server))

@@ -1,4 +1,4 @@
-"""Actions on duplicate groups (retrieval.app.duplicate_actions) on a small real index: 8 Holidays photos (one per
+"""Actions on duplicate groups (retrieval.app.duplicates.actions) on a small real index: 8 Holidays photos (one per
 scene) with byte copies of three in a subfolder, one copy with the same pixels but other bytes, and a resized one.
 A plan changes nothing; move, trash and link do what they say on the files and the index (a later sync keeps the
 moved files out) and are undone exactly; a file changed after the plan is never touched."""
@@ -19,9 +19,9 @@ import pytest
 from conftest import FEATURE_CACHE, shared_path
 from PIL import Image
 
-from retrieval.app import duplicate_actions as da
 from retrieval.app import safe_files
-from retrieval.app.duplicate_actions import apply_plan, dry_run_text, load_plan, plan_actions, undo_plan
+from retrieval.app.duplicates import actions as da
+from retrieval.app.duplicates.actions import apply_plan, dry_run_text, load_plan, plan_actions, undo_plan
 from retrieval.app.index import Index
 
 COPIED = (0, 3, 5)   # photos with a byte copy in photos/copies
@@ -130,10 +130,13 @@ def test_plan_refusals_and_scene_groups(tmp_path):
                                                                        {"id": 3, "path": str(c)}]}]
     with pytest.raises(ValueError) as err:
         plan_actions(groups, "link")
-    assert str(err.value) == da.LINK_ONLY_EXACT + "." and "\n" not in str(err.value)
-    with pytest.raises(ValueError, match=r"^scene groups .*--groups"):
+    assert err.value.param == "action" and "\n" not in str(err.value)
+    assert str(err.value) == ("action link replaces a file by a hard link to its keeper: only for exact copies "
+                              "(kinds exact).")   # the library's words; the command line says --action, --kinds
+    assert err.value.worded(lambda name: "--" + name).startswith("--action link replaces")
+    with pytest.raises(ValueError, match=r"^scene groups .*\(groups with their numbers\)"):
         plan_actions(groups, "trash", kinds=("near", "scene"))
-    with pytest.raises(ValueError, match="needs --to DIR"):
+    with pytest.raises(ValueError, match="action move needs to DIR"):
         plan_actions(groups, "move")
     with pytest.raises(ValueError, match="unknown action"):
         plan_actions(groups, "delete")
@@ -266,7 +269,13 @@ class NoIndex:
     def __init__(self, path):
         self.path, self.roots, self.catalog = path, [], Catalog()
 
+    def writer(self):
+        return self
+
     def include(self, paths):
+        return []
+
+    def exclude(self, paths):
         return []
 
     def add(self, paths):

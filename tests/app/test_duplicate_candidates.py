@@ -1,5 +1,5 @@
 """The duplicate finder's candidate search through an inverted file over the global codes
-(:mod:`retrieval.app.duplicate_candidates`): the same pairs as every code compared when every cell is probed,
+(:mod:`retrieval.app.duplicates.candidates`): the same pairs as every code compared when every cell is probed,
 planted copies (upright and turned) found through the default probes, the exact search below the size limit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval.app.duplicate_candidates import (
+from retrieval.app.duplicates.candidates import (
     EXACT_BELOW,
     PROBES,
     CodeCells,
@@ -15,7 +15,7 @@ from retrieval.app.duplicate_candidates import (
     cell_count,
     search_cells,
 )
-from retrieval.app.duplicate_codes import centred
+from retrieval.app.duplicates.codes import centred
 
 
 def _world(n: int, clusters: int, seed: int, d: int = 48):

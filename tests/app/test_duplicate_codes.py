@@ -1,4 +1,4 @@
-"""The duplicate finder's kept codes (:mod:`retrieval.app.duplicate_codes`): a sync encodes the photos it adds as one
+"""The duplicate finder's kept codes (:mod:`retrieval.app.duplicates.codes`): a sync encodes the photos it adds as one
 new part, a duplicates run after it encodes nothing, parts are written once and merged past ``MAX_PARTS`` (dropping
 photos no longer indexed), a part of another model is ignored, the single file of earlier versions is read."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import shared_path
 
-from retrieval.app import duplicate_codes as dc
+from retrieval.app.duplicates import codes as dc
 from retrieval.app.duplicates import find_duplicates
 from retrieval.app.index import Index
 from retrieval.core.threads import single_threaded_blas

@@ -226,9 +226,9 @@ def test_query_exclude_duplicates(dup_world):
 
 def test_the_inverted_file_over_the_codes_finds_the_same_groups(dup_world, monkeypatch):
     """Above the size limit the candidates come through the inverted file over the codes
-    (retrieval.app.duplicate_candidates): on this folder it gives the groups of every code compared, and the bench's
+    (retrieval.app.duplicates.candidates): on this folder it gives the groups of every code compared, and the bench's
     report of the search says what it did."""
-    from retrieval.app import duplicate_candidates
+    from retrieval.app.duplicates import candidates as duplicate_candidates
     from retrieval.app.duplicates import find_duplicates
     from retrieval.app.index import Index
     from retrieval.bench.duplicates import candidate_search
@@ -250,7 +250,7 @@ def test_the_inverted_file_over_the_codes_finds_the_same_groups(dup_world, monke
 
 
 def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slows_it(dup_world, monkeypatch, caplog):
-    """The cheap sides read once per run (retrieval.app.duplicate_sides) hold exactly what the check computes from
+    """The cheap sides read once per run (retrieval.app.duplicates.sides) hold exactly what the check computes from
     the stored features; when their temporary file cannot be reserved (a full disk), the run says so and finds
     the same groups by reading the features again."""
     import errno
@@ -258,9 +258,9 @@ def test_cheap_sides_kept_for_a_run_are_the_checks_own_and_a_full_disk_only_slow
 
     import numpy as np
 
-    from retrieval.app import duplicate_sides
-    from retrieval.app.duplicate_verifier import CHEAP_FEATURES, PairVerifier
     from retrieval.app.duplicates import find_duplicates
+    from retrieval.app.duplicates import sides as duplicate_sides
+    from retrieval.app.duplicates.pair_verifier import CHEAP_FEATURES, PairVerifier
     from retrieval.app.index import Index
     from retrieval.features.frames import largest
 

@@ -18,7 +18,7 @@ import pytest
 from cli_world import run
 from PIL import Image
 
-from retrieval.app.duplicate_html import render_duplicates_html, write_duplicates_html
+from retrieval.app.duplicates.report_html import render_duplicates_html, write_duplicates_html
 from retrieval.app.gallery import file_href, render_gallery, write_gallery
 from retrieval.engine.hits import Hit
 

@@ -1,4 +1,4 @@
-"""The same-photograph evidence (:mod:`retrieval.app.near_duplicates`), quarter turns of upright features, candidate
+"""The same-photograph evidence (:mod:`retrieval.app.duplicates.same_photo`), quarter turns of upright features, candidate
 pairs by code and the grouping of :mod:`retrieval.app.duplicates`."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 from conftest import shared_path
 from PIL import Image
 
-from retrieval.app.duplicate_candidates import candidate_pairs
-from retrieval.app.duplicate_codes import centred
 from retrieval.app.duplicates import DuplicatePair, build_groups
-from retrieval.app.near_duplicates import same_photograph, turned
+from retrieval.app.duplicates.candidates import candidate_pairs
+from retrieval.app.duplicates.codes import centred
+from retrieval.app.duplicates.same_photo import same_photograph, turned
 from retrieval.features.types import LocalFeatures
 
 CONFIG = {"detector": "hesaff"}

@@ -105,7 +105,7 @@ def test_exif_orientation_is_applied(world):
     (["query", "{q}", "--index", "{d}/i", "--bbox", "5000,5000,6000,6000"], 1, "outside the query image"),
     (["query", "{q}", "--index", "{d}/i", "--bbox", "a,b,c,d"], 1, "x1,y1,x2,y2"),
     (["query", "{q}", "--index", "{d}/i", "--bbox", "0,0,5000,40"], 0, "clipped to"),
-    (["query", "{q}", "--index", "{d}/i", "--method", "cosine"], 1, "is not offered by preset"),
+    (["query", "{q}", "--index", "{d}/i", "--method", "cosine"], 1, "--scoring 'cosine': expected one of ip"),
     (["index", "{d}/other", "--index", "{d}/i"], 1, "--add-root"),
     (["index", "{photos}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
     (["query", "{q}", "--index", "{photos}/cmyk.jpg"], 1, "this is a file; an index is a folder"),
@@ -140,11 +140,11 @@ def test_query_of_an_empty_index_and_a_concurrent_writer(world, tmp_path):
     res = run(["query", str(photos / "cmyk.jpg"), "--index", str(tmp_path / "e")])
     assert res.exit_code == 1 and "is empty" in res.output and len(error_lines(res)) == 1
     building = Index.open(tmp_path / "e")
-    with building.writer_lock():                   # a first build in progress, nothing committed yet
+    with building.folder.writer_lock():                   # a first build in progress, nothing committed yet
         res = run(["query", str(photos / "cmyk.jpg"), "--index", str(tmp_path / "e")])
     assert res.exit_code == 1 and "is being built by a running 'retrieval index'" in res.output
     idx = Index.open(d / "i")
-    with idx.writer_lock():
+    with idx.folder.writer_lock():
         res = run(["index", str(photos), "--index", str(d / "i")])
     assert res.exit_code == 1 and "another 'retrieval index' or 'remove' is writing" in res.output
     idx.close()

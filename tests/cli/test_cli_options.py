@@ -105,7 +105,7 @@ def test_top_k_and_renamed_method_options(cli_world):
     assert old.exit_code == 0 and old.stdout == by_top
     assert old.stderr.splitlines() == ["warning: --method is deprecated, use --scoring"]
     bad = run([*base, "--scoring", "cosine"])
-    assert bad.exit_code == 1 and "--scoring 'cosine' is not offered" in bad.stderr
+    assert bad.exit_code == 1 and "--scoring 'cosine': expected one of ip" in bad.stderr
     b = cli_world["photos"] / "Müller copy.jpg"
     m_new = run(["match", q, b, "--max-side", "300", "--estimator", "ransac", "--format", "json"])
     m_old = run(["match", q, b, "--max-side", "300", "--method", "ransac", "--format", "json"])

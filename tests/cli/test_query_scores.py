@@ -154,4 +154,4 @@ def test_query_expansion_zero_is_off(index, pool):
     assert expanded[0]["verified"]
     res = CliRunner().invoke(__import__("retrieval.cli.main", fromlist=["main"]).main,
                              ["query", str(pool[2]), "--index", idx, "--qe", "2", "--rerank", "none"])
-    assert res.exit_code != 0 and "needs --rerank spatial" in res.output
+    assert res.exit_code != 0 and "--qe 2: expected 0 with re-ranking 'none'" in res.output and "spatial" in res.output

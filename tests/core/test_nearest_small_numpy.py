@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import retrieval.core.nearest as nearest_module
 from retrieval.core._nearest_small import nearest_small
-from retrieval.core.nearest import _nearest_small_numpy, nearest_centers, sq_norms
+from retrieval.core.nearest import nearest_small_numpy, nearest_centers, sq_norms
 
 
 @settings(max_examples=40, deadline=None)
@@ -29,7 +29,7 @@ def test_same_labels_and_distances_as_the_compiled_pass(seed, n, d, K, integer):
     labels = np.empty(n, np.int64)
     dist = np.empty(n, np.float32)
     nearest_small(X, np.ascontiguousarray(C.T), cs, labels, dist)
-    l2, d2 = _nearest_small_numpy(X, np.ascontiguousarray(C.T), cs)
+    l2, d2 = nearest_small_numpy(X, np.ascontiguousarray(C.T), cs)
     np.testing.assert_array_equal(labels, l2)
     assert dist.tobytes() == d2.tobytes()
 
@@ -53,7 +53,7 @@ def test_many_rows_keep_the_compiled_pass(monkeypatch):
     """Past 64 rows the compiled pass is used even without numba loaded (training, batch encoding)."""
     calls = []
     monkeypatch.setattr(nearest_module, "numba_loaded", lambda: False)
-    monkeypatch.setattr(nearest_module, "_nearest_small_numpy", lambda *a: calls.append(a) or (None, None))
+    monkeypatch.setattr(nearest_module, "nearest_small_numpy", lambda *a: calls.append(a) or (None, None))
     X = np.zeros((65, 4), np.float32)
     nearest_centers(X, np.ones((3, 4), np.float32))
     assert calls == []

@@ -96,3 +96,35 @@ def test_the_check_flags_reads_of_other_objects_private_state():
     found = private_reads_in("example.py", src)
     assert found == ["retrieval/example.py:2: index._backend", "retrieval/example.py:5: b._hidden",
                      "retrieval/example.py:14: B()._x"], found
+
+
+def private_imports_in(rel: str, text: str) -> list[str]:
+    """``from retrieval.X import _name`` in module ``rel``: a private name of another module imported. A private
+    *module* (``_ivfadc_kernels``: compiled kernels kept apart so that they load only when used) may be imported;
+    a name used by two modules is public."""
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("retrieval"):
+            for alias in node.names:
+                if not alias.name.startswith("_") or alias.name.startswith("__"):
+                    continue
+                as_module = ROOT.parent / (node.module.replace(".", "/") + "/" + alias.name)
+                if as_module.with_suffix(".py").is_file() or as_module.is_dir():
+                    continue
+                found.append(f"retrieval/{rel}:{node.lineno}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        found += private_imports_in(path.relative_to(ROOT).as_posix(), path.read_text("utf-8"))
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
+
+
+def test_the_check_flags_private_names_imported_but_not_private_modules():
+    src = ("from retrieval.codes.scan import _sift_down, heap_sort_inplace\n"
+           "from retrieval.search import _ivfadc_numpy\n"
+           "from retrieval.features.extractor import config_key as _config_key\n")
+    assert private_imports_in("example.py", src) == [
+        "retrieval/example.py:1: from retrieval.codes.scan import _sift_down"]

@@ -16,6 +16,7 @@ from retrieval.engine.code_stages import BinaryStage, CodesStage
 from retrieval.engine.first_stages import VectorStage
 from retrieval.engine.global_backend import GlobalBackend
 from retrieval.engine.hits import Hit
+from retrieval.engine.params import ParamError, SearchContext, SearchParams
 from retrieval.engine.pipeline import make_backend
 from retrieval.engine.presets import load_preset
 from retrieval.rerank.spatial import distinct_inliers, plausible_transform
@@ -160,7 +161,7 @@ def test_distinct_inliers_and_degenerate_transforms():
 
 
 def test_make_backend_composes_one_first_stage_per_index_type():
-    from retrieval.engine.object_backend import ObjectBackend
+    from retrieval.engine.object.backend import ObjectBackend
 
     for name, stage, kind in (("default", VectorStage, "global"), ("paper-002-fisher64-adc16x8", CodesStage, "global"),
                               ("paper-002-ivfadc", CodesStage, "global"), ("compact", BinaryStage, "binary")):
@@ -186,10 +187,17 @@ def test_hit_json_keys_and_rounding():
     assert type(js["inliers"]) is int and js["verified"] is True
 
 
+def searched(backend, query, get_features=None, **fields):
+    """``backend.search`` as a searcher calls it: the parameters checked against the backend's offer."""
+    params = SearchParams.of(**fields).resolve(backend.offer, backend.config.search)
+    return backend.search(query, None, params, SearchContext(get_features))
+
+
 def test_object_backend_passes_the_searchers_ranked_hits_through():
     """The object backend returns the searcher's hits as they are (ranking key in ``score``, normalised
-    ``similarity``, raw dissimilarity in ``distance``); query expansion is asked only with spatial re-ranking."""
-    from retrieval.engine.object_backend import ObjectBackend
+    ``similarity``, raw dissimilarity in ``distance``); query expansion is asked only with spatial re-ranking;
+    its verifier is built once with the model, from the preset's ratio and verify_query_features."""
+    from retrieval.engine.object.backend import ObjectBackend
 
     class Searcher:
         asked = []
@@ -198,21 +206,22 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
         def verifier(self, ratio, cells=None, query_features=0):
             return ("verifier", ratio, query_features)
 
-        def search(self, query, *, bbox, k, method, alpha, rerank, get_features=None, query_expansion=0,
-                   verify_top=None, verifier=None, cache=None, threads=1):
+        def run(self, features, box, params, context, *, verifier, n_verify):
             assert verifier == ("verifier", 0.85, 1000)   # the preset's search.ratio and verify_query_features
-            self.asked.append((rerank, query_expansion))
-            self.verify_top = verify_top
-            self.features = get_features
-            v = rerank == "spatial"
+            self.asked.append((params.rerank, params.query_expansion))
+            self.verify_top = n_verify
+            self.features = context.get_features
+            v = params.rerank == "spatial"
             return [Hit(3, 1.5 if v else 0.8, 10 if v else None, (1.0, 2.0, 3.0, 4.0) if v else None,
                         similarity=0.8, verified=v, distance=0.25),
                     Hit(5, 0.6, similarity=0.6, distance=0.5)]
 
     b = ObjectBackend(load_preset("object"))
-    b.searcher = Searcher()
+    b.model = b.searcher = Searcher()
+    b._settle()
+    assert b.verifier is b.verifier == ("verifier", 0.85, 1000)
     for rerank in ("none", "exact", "spatial"):
-        hits = b.search(None, k=2, query_box=None, rerank=rerank)
+        hits = searched(b, None, k=2, rerank=rerank)
         assert [(h.id, h.distance, h.similarity) for h in hits] == [(3, 0.25, 0.8), (5, 0.5, 0.6)]
         assert [h.verified for h in hits] == [rerank == "spatial", False]
         assert hits[0].score >= hits[1].score
@@ -220,23 +229,26 @@ def test_object_backend_passes_the_searchers_ranked_hits_through():
     def stored(i):
         return None
 
-    b.search(None, k=2, query_box=None, get_features=stored)
+    searched(b, None, stored, k=2)
     assert Searcher.asked[-1] == ("spatial", 0)  # the preset's search.rerank; query expansion off by default
     assert b.searcher.features is stored  # verification reads the stored features (ratio-test matches)
-    b.search(None, k=2, query_box=None, query_expansion=3)
+    searched(b, None, k=2, query_expansion=3)
     assert Searcher.asked[-1] == ("spatial", 3)
     # images verified: the preset's search.verify_top (object: 50; accurate: 30), or the caller's
     assert b.searcher.verify_top == 50
-    b.search(None, k=2, query_box=None, shortlist=10)
+    searched(b, None, k=2, shortlist=10)
     assert b.searcher.verify_top == 10
     a = ObjectBackend(load_preset("accurate"))
-    a.searcher, a._ids = Searcher(), np.array([3, 5])
-    a.search(None, k=2, query_box=None)
+    a.model = a.searcher = Searcher()
+    a._settle()
+    searched(a, None, k=2)
     assert a.searcher.verify_top == 30
-    with pytest.raises(ValueError, match="needs --rerank spatial"):
-        b.search(None, k=2, query_box=None, rerank="exact", query_expansion=2)
-    with pytest.raises(ValueError, match="--rerank must be none, exact or spatial"):
-        b.search(None, k=2, query_box=None, rerank="geometric")
+    with pytest.raises(ParamError, match="needs spatial re-ranking") as refused:
+        searched(b, None, k=2, rerank="exact", query_expansion=2)
+    assert (refused.value.param, refused.value.value) == ("query_expansion", 2)
+    with pytest.raises(ParamError, match="expected one of none, exact, spatial") as refused:
+        searched(b, None, k=2, rerank="geometric")
+    assert (refused.value.param, refused.value.value) == ("rerank", "geometric")
 
 
 def test_average_query_expansion_against_a_numpy_oracle(data):
@@ -307,11 +319,12 @@ def test_shortlist_override_verifies_only_the_first_results(data, monkeypatch):
         return candidates
 
     monkeypatch.setattr(Verifier, "rerank", fake_rerank)
+    monkeypatch.setattr(b, "verifier", Verifier())   # the model's, built when it is trained or loaded
     q = V[3].copy()
-    first = [h.id for h in b.search(q, k=60, query_box=None, rerank="none")]
+    first = [h.id for h in searched(b, q, k=60, rerank="none")]
     assert first == exact_top(V[:200], ids[:200], q, 60)
     for n, expected in ((7, 7), (None, 50)):
         asked.clear()
-        hits = b.search(q, k=60, query_box=None, shortlist=n, get_features=lambda i: None)
+        hits = searched(b, q, lambda i: None, k=60, shortlist=n)
         assert asked == [first[:expected]]
         assert [h.id for h in hits] == first   # nothing verified: the first stage's order

@@ -68,7 +68,7 @@ def test_digest_is_computed_from_the_preset_as_given():
     # search.verify_enough 20 (query-time: the verification stopped once 20 results verified, the same mAP)
     assert preset_digest(load_preset("default")) == "1cf2ef970dec3a96"
     assert preset_digest(load_preset("compact")) == "3ee9991c50dfe574"
-    assert preset_digest(load_preset("object")) == "6ac2b7c9fe67fd26"
+    assert preset_digest(load_preset("object")) == "63de6fc26dfd5170"
 
 
 def test_defaults_filled_in():
@@ -159,7 +159,8 @@ def test_set_rejects_unknown_keys_with_the_closest():
     p = load_preset("default")
     with pytest.raises(ValueError) as err:
         apply_overrides(p, ["index.nprob=3"])
-    assert str(err.value) == "--set index.nprob=3: preset 'default': unknown key 'index.nprob' (did you mean 'nprobe'?)"
+    assert str(err.value) == "set index.nprob=3: preset 'default': unknown key 'index.nprob' (did you mean 'nprobe'?)"
+    assert err.value.param == "set"   # the command line words it --set (below)
     with pytest.raises(ValueError, match=r"search.ratio = 2 is out of range"):
         apply_overrides(p, ["search.ratio=2"])
     assert apply_overrides(p, ["index.nprobe=8"])["index"]["nprobe"] == 8
@@ -204,7 +205,7 @@ def test_cli_show_prints_the_filled_defaults(tmp_path):
 def test_declared_defaults_match_the_library_classes():
     """Where a section passes its keys to a library class, the declared defaults are the class's own (so that a
     preset leaving them unset behaves as before)."""
-    from retrieval.engine.object_search import ObjectSearcher
+    from retrieval.engine.object.searcher import ObjectSearcher
     from retrieval.features import FeatureExtractor
     from retrieval.features.detectors import available_detectors
 

@@ -1,4 +1,4 @@
-"""The segmented state of the object presets (retrieval.engine.object_parts): any sequence of adds, removes and
+"""The segmented state of the object presets (retrieval.engine.object.parts): any sequence of adds, removes and
 saves ranks exactly like one searcher built from the remaining images, for ASMK* and the four BoW scorings (whose
 delta_1 / delta_2 weights are sums over the collection); merges copy what they hold; ties are broken by id."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers import pattern_images
 
-from retrieval.engine.object_parts import ObjectSegments, Part, merged, topk_by_id, view
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.parts import ObjectSegments, Part, merged, topk_by_id, view
+from retrieval.engine.object.searcher import ObjectSearcher
 from retrieval.features import LocalFeatures
 
 METHODS = ["asmk", "l1", "l2", "delta1", "delta2"]
@@ -137,8 +137,8 @@ def test_topk_by_id_breaks_ties_by_id_also_at_the_kth_value():
 def test_a_merge_written_block_by_block_equals_the_merge_in_memory(model, tmp_path, monkeypatch):
     """write_merged (saved parts read with pread, one in memory, deleted images, blocks smaller than the data)
     writes exactly the files of merged() + save, array by array."""
-    import retrieval.engine.object_merge as om
-    from retrieval.engine.object_merge import write_merged
+    import retrieval.engine.object.merge as om
+    from retrieval.engine.object.merge import write_merged
 
     monkeypatch.setattr(om, "WORD_BLOCK", 7)
     monkeypatch.setattr(om, "IMAGE_BLOCK", 3)

@@ -13,7 +13,7 @@ import pytest
 from helpers import pattern_images
 
 from retrieval.core.persistence import FormatError
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.searcher import ObjectSearcher
 from retrieval.search.invfile import InvertedFile
 
 BOW = ["l1", "l2", "delta1", "delta2"]

@@ -5,7 +5,7 @@ import pytest
 
 from retrieval.core.persistence import FormatError
 from retrieval.engine.hits import Hit
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.searcher import ObjectSearcher
 from retrieval.features import LocalFeatures
 from retrieval.rerank.boxes import box_iou, project_box
 from retrieval.rerank.spatial import distinct_inliers
@@ -99,7 +99,7 @@ def test_exclude_remove_and_persistence(world, tmp_path):
     assert back.search(q, bbox=(50, 50, 150, 150), k=1, rerank="exact")[0].id == 102
     with pytest.raises(ValueError, match="already indexed"):
         back.add([102], [db[0]])
-    with pytest.raises(ValueError, match="'rerank' parameter"):
+    with pytest.raises(ValueError, match="rerank='geometric': expected one of none, exact, spatial"):
         back.search(q, rerank="geometric")
 
 
@@ -161,7 +161,7 @@ def test_inliers_are_counted_one_to_one():
 def test_object_similarity_matches_its_formula_and_keeps_the_order(method):
     """object_similarity against the dense dissimilarities of Zhu et al. 2013 (retrieval.search.dissimilarities):
     within [0, 1], 1 for a copy of the query, strictly decreasing in the dissimilarity."""
-    from retrieval.engine.object_scores import object_similarity
+    from retrieval.engine.object.scores import object_similarity
     from retrieval.search import dissimilarities as dis
 
     rng = np.random.default_rng(1)

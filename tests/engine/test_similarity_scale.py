@@ -16,7 +16,7 @@ import pytest
 from helpers import publish_state
 
 from retrieval.engine.global_backend import GlobalBackend
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.searcher import ObjectSearcher
 from retrieval.engine.pipeline import make_backend
 from retrieval.engine.presets import load_preset
 from retrieval.features import LocalFeatures

@@ -203,7 +203,7 @@ def test_no_false_verification_on_500_unrelated_pairs_with_match_cells(features_
     from conftest import shared_path
 
     from retrieval.bench.verify import pair_evidence, unrelated_pairs
-    from retrieval.engine.object_backend import train_cells
+    from retrieval.engine.object.backend import train_cells
 
     sets = [([features_of(p, detector="hesaff", max_side=1024) for p in paths], groups)
             for paths, groups in _sample_images(shared_path)]

@@ -231,7 +231,7 @@ def test_empty_index_and_index_being_built(tmp_path):
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             assert_error(client.post("/api/search", data={"id": 0}), 409, "empty")
-            with idx.writer_lock():   # what a running first 'retrieval index' holds
+            with idx.folder.writer_lock():   # what a running first 'retrieval index' holds
                 assert_error(client.post("/api/search", data={"id": 0}), 503, "being built")
     finally:
         server.stop()

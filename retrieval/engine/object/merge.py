@@ -1,8 +1,8 @@
 """A merge of object-searcher segments written as it is read: memory bounded by a block, whatever the collection.
 
-:func:`write_merged` writes the live images of several parts (:class:`retrieval.engine.object_parts.Part`) into one
-:class:`~retrieval.engine.object_search.ObjectSearcher` folder, the same files :meth:`ObjectSearcher.save` writes for
-:func:`~retrieval.engine.object_parts.merged` of the same parts (the test suite compares them array by array):
+:func:`write_merged` writes the live images of several parts (:class:`retrieval.engine.object.parts.Part`) into one
+:class:`~retrieval.engine.object.searcher.ObjectSearcher` folder, the same files :meth:`ObjectSearcher.save` writes for
+:func:`~retrieval.engine.object.parts.merged` of the same parts (the test suite compares them array by array):
 
 - the images in id order; each part's rows are renumbered (``remap``: its row -> the merged row, -1 for a deleted
   image);
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.core.persistence import atomic_write, save_npy_atomic
-from retrieval.engine.object_forward import forward_words_dtype
+from retrieval.engine.object.forward import forward_words_dtype
 
 __all__ = ["write_merged"]
 

@@ -13,7 +13,7 @@ Scoring several segments as one collection (:func:`view`):
   depends on its own signatures only, so every segment scores its images and the scores are put side by side;
 - the BoW dissimilarities of Zhu et al. 2013: l1 / l2 (eq. 1) per image; delta_1 / delta_2 (eq. 9, 11) need the
   collection's sums, taken over the live images of every segment (:meth:`InvertedFile.terms`) in id order;
-- the first ``R`` images are chosen by (score, id) (:func:`retrieval.engine.object_scores.topk_by_id`), so the lists do not depend on how the
+- the first ``R`` images are chosen by (score, id) (:func:`retrieval.engine.object.scores.topk_by_id`), so the lists do not depend on how the
   images are spread over segments: after any sequence of syncs they equal those of one build.
 
 With idf (the ``object`` preset) every image's weights depend on the whole collection (Zhu et al. 2013, section
@@ -36,10 +36,10 @@ import numpy as np
 
 from retrieval.core.persistence import atomic_write
 from retrieval.engine.backend import STATE_FORMAT, read_npy, write_npy
-from retrieval.engine.object_forward import EntryLookup
-from retrieval.engine.object_merge import write_merged
-from retrieval.engine.object_scores import topk_by_id  # noqa: F401 (part of this module's API)
-from retrieval.engine.object_search import vocabulary_digest
+from retrieval.engine.object.forward import EntryLookup
+from retrieval.engine.object.merge import write_merged
+from retrieval.engine.object.scores import topk_by_id  # noqa: F401 (part of this module's API)
+from retrieval.engine.object.searcher import vocabulary_digest
 from retrieval.engine.segments import (
     SEGMENTED_FORMAT_VERSION,
     choose_merges,
@@ -372,7 +372,7 @@ class ObjectSegments:
                     searcher = merged(self.model, group)
                     if searcher.ntotal:
                         searcher.save(path, with_vocabulary=False)
-                else:   # written as read, a block at a time (retrieval.engine.object_merge), then mapped
+                else:   # written as read, a block at a time (retrieval.engine.object.merge), then mapped
                     write_merged(self.model, group, path)
                     searcher = self.model.load(path, vocabulary=self.model.vocabulary_, digest=self.digest)
                 if searcher.ntotal:   # the publish renames <name>.tmp to <name>

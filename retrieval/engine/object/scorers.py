@@ -1,4 +1,4 @@
-"""The two scorings an :class:`retrieval.engine.object_search.ObjectSearcher` composes, and the state of one search.
+"""The two scorings an :class:`retrieval.engine.object.searcher.ObjectSearcher` composes, and the state of one search.
 
 - :class:`BowScorer`: Zhu et al. 2013 -- the query's BoW histogram scored through the inverted file with l1 / l2
   (eq. 1), delta_1 (eq. 8-9) or delta_2 (eq. 10-11), the top R re-scored exactly in float64 on the full histograms,
@@ -15,7 +15,7 @@ query's score of that same encoding, and a verified hit keeps its first-round si
 
 Both read the searcher only. Everything that varies per search lives in one :class:`Round` (the query, the box,
 ``k``, the re-ranking, the verifier, the cache, the threads and the outcomes already verified), created by
-:meth:`ObjectSearcher.search <retrieval.engine.object_search.ObjectSearcher.search>` for that call.
+:meth:`ObjectSearcher.search <retrieval.engine.object.searcher.ObjectSearcher.search>` for that call.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from retrieval.core.cache import BytesLRU
 from retrieval.engine.hits import similarity_ratio
-from retrieval.engine.object_scores import (
+from retrieval.engine.object.scores import (
     bow_dissimilarity,
     kernel_reference,
     object_similarity,

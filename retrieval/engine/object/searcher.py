@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import numbers
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -32,14 +32,15 @@ from retrieval.aggregation.large_vocabulary import ApproximateKMeans
 from retrieval.core.cache import BytesLRU
 from retrieval.core.checks import check_choice, check_is_fitted, check_random_state, check_scalar
 from retrieval.core.persistence import FormatError, read_folder_header, save_npy_atomic, write_json_atomic
+from retrieval.engine.config import METHOD_ALPHA
 from retrieval.engine.hits import Hit, finish_ranking
-from retrieval.engine.object_forward import ForwardEntries, forward_words_dtype
-from retrieval.engine.object_scorers import AsmkScorer, BowScorer, Round
-from retrieval.engine.object_scores import bow_dissimilarity, word_matches
-from retrieval.features.frames import parse_box, select_in_box
+from retrieval.engine.object.forward import ForwardEntries, forward_words_dtype
+from retrieval.engine.object.scorers import AsmkScorer, BowScorer, Round
+from retrieval.engine.object.scores import bow_dissimilarity, word_matches
+from retrieval.engine.params import Offer, Resolved, SearchContext, SearchParams
 from retrieval.features.rootsift import root_sift
 from retrieval.features.types import LocalFeatures
-from retrieval.rerank.boxes import project_box
+from retrieval.rerank.boxes import project_box, query_region
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, verify
 from retrieval.rerank.verifier import Verifier
 from retrieval.search import smk
@@ -64,6 +65,10 @@ DEFAULT_RATIO = 0.85
 """Ratio test of the tentative matches verified with stored features (the presets' ``search.ratio``)."""
 DEFAULT_VERIFY_TOP = 50
 """Images verified on the stored features when ``verify_top`` is not given (the presets' ``search.verify_top``)."""
+OFFER = Offer(methods=METHODS, reranks=RERANK, alphas=METHOD_ALPHA)
+"""What an object search offers (:class:`retrieval.engine.params.Offer`): the object backend's too."""
+STANDALONE = SimpleNamespace(method="delta1", rerank="spatial", query_expansion=0, alpha=0.5)
+"""The defaults of :meth:`ObjectSearcher.search` called on its own (an index takes its preset's)."""
 
 def vocabulary_digest(vocabulary: ApproximateKMeans) -> str:
     """BLAKE2b (16 bytes, hex) of a vocabulary's words: names the vocabulary a searcher folder was built with."""
@@ -175,7 +180,7 @@ class ObjectSearcher:
     @classmethod
     def composed(cls, model: ObjectSearcher, invfile, signatures, forward) -> ObjectSearcher:
         """A searcher with ``model``'s parameters and vocabulary over an inverted file, signatures and forward index
-        given from outside (the views of :mod:`retrieval.engine.object_parts`: several parts searched as one)."""
+        given from outside (the views of :mod:`retrieval.engine.object.parts`: several parts searched as one)."""
         out = model.empty_like()
         out.invfile_, out._fwd = invfile, forward
         if out.signatures:
@@ -322,38 +327,34 @@ class ObjectSearcher:
         :func:`retrieval.engine.hits.finish_ranking` (verified images by decreasing inliers, then the rest by
         similarity). ``distance`` is the dissimilarity (smaller is better; ``1 - K`` for asmk), ``similarity`` the
         score relative to that of the query photo's own encoding, in [0, 1] (1 for the query photo;
-        :mod:`retrieval.engine.object_scorers`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
+        :mod:`retrieval.engine.object.scorers`), ``score`` the ranking key; ``verified`` (and ``inliers``, ``box``) only
         with ``rerank="spatial"``. The searcher is only read: any number of threads may search it at once.
         """
         check_is_fitted(self, ["vocabulary_"])
-        check_scalar(k, "k", "ObjectSearcher.search", low=1)
-        check_choice(method, "method", "ObjectSearcher.search", METHODS)
-        check_scalar(alpha, "alpha", "ObjectSearcher.search", kind=numbers.Real, low=0, closed="neither")
-        check_choice(rerank, "rerank", "ObjectSearcher.search", RERANK)
-        n_qe = 10 if query_expansion is True else int(query_expansion or 0)
-        if n_qe < 0:
-            raise ValueError(f"query_expansion must be >= 0 (verified images averaged); got {query_expansion!r}.")
-        if n_qe and rerank != "spatial":
-            raise ValueError("query_expansion needs rerank='spatial' (it averages verified results).")
-        if bbox is not None:
-            box = parse_box(bbox)
-            mask = select_in_box(query_features, box)
-        else:
-            w, h = query_features.image_size
-            box = (0.0, 0.0, float(w - 1), float(h - 1))
-            mask = np.ones(len(query_features), dtype=bool)
-        q_frames = np.asarray(query_features.frames, np.float32)[mask]
-        q_desc = _descriptors(query_features, self.rootsift)[mask]
+        n_qe = 10 if query_expansion is True else (query_expansion or 0)
+        params = SearchParams(k=k, method=method, rerank=rerank, query_expansion=n_qe, alpha=alpha).resolve(
+            OFFER, STANDALONE)
+        features, box = query_region(query_features, bbox)
+        context = SearchContext(get_features, cache, int(threads))
+        return self.run(features, box, params, context, verifier=verifier or self.verifier(),
+                        n_verify=DEFAULT_VERIFY_TOP if verify_top is None else int(verify_top), exclude=exclude)
+
+    def run(self, features, box, params: Resolved, context: SearchContext, *, verifier: Verifier, n_verify: int,
+            exclude=None) -> list[Hit]:
+        """The search of :meth:`search` for the query's ``features`` already selected in its region ``box``
+        (:func:`retrieval.rerank.boxes.query_region`, or an index's :class:`~retrieval.app.query.Query`) and
+        ``params`` already checked (:meth:`~retrieval.engine.params.SearchParams.resolve`): the object backend's
+        entry; ``n_verify`` the first results verified with ``context.get_features``."""
+        q_frames = np.asarray(features.frames, np.float32)
+        q_desc = _descriptors(features, self.rootsift)
         excl = set() if exclude is None else {int(v) for v in np.asarray(list(exclude)).ravel()}
-        verifier = verifier or self.verifier()
-        rnd = Round(q=(q_frames, q_desc, None), box=box, k=k, rerank=rerank, get_features=get_features,
-                     exclude=excl, n_verify=DEFAULT_VERIFY_TOP if verify_top is None else int(verify_top),
-                     verifier=verifier, described=verifier.query_side(LocalFeatures(q_frames, q_desc,
-                                                                                  query_features.image_size)),
-                     cache=cache, threads=int(threads))
-        if method == "asmk":
-            return AsmkScorer(self, float(alpha)).search(rnd, q_desc, n_qe)
-        return BowScorer(self, method, float(alpha)).search(rnd, q_desc, n_qe)
+        rnd = Round(q=(q_frames, q_desc, None), box=tuple(box), k=params.k, rerank=params.rerank,
+                    get_features=context.get_features, exclude=excl, n_verify=int(n_verify), verifier=verifier,
+                    described=verifier.query_side(LocalFeatures(q_frames, q_desc, features.image_size)),
+                    cache=context.cache, threads=int(context.threads))
+        if params.method == "asmk":
+            return AsmkScorer(self, params.alpha).search(rnd, q_desc, params.query_expansion)
+        return BowScorer(self, params.method, params.alpha).search(rnd, q_desc, params.query_expansion)
 
     def verified(self, hits, rnd: Round):
         """Spatial verification of ``hits`` (best first) and the final order (:func:`finish_ranking`).
@@ -418,7 +419,7 @@ class ObjectSearcher:
         save_npy_atomic(folder / "fwd_sizes.npy", np.array([self._fwd[i][3] for i in order], np.int64).reshape(-1, 2))
         params = self.params()
         header = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                  "class": "retrieval.engine.object_search.ObjectSearcher", "library_version": __version__,
+                  "class": "retrieval.engine.object.searcher.ObjectSearcher", "library_version": __version__,
                   "params": params, "ntotal": len(order),
                   "vocabulary": "vocabulary.npz" if with_vocabulary else "model",
                   "vocabulary_digest": vocabulary_digest(self.vocabulary_)}

@@ -1,6 +1,6 @@
 """The verdict on a pair of photos for ``retrieval duplicates`` (step 3 of :mod:`retrieval.app.duplicates`): the
 cheap check on the largest features, then the full features, with the index's one verifier; the evidence that a
-verified pair is the same photograph (:mod:`retrieval.app.near_duplicates`)."""
+verified pair is the same photograph (:mod:`retrieval.app.duplicates.same_photo`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace as _replace
 
 import numpy as np
 
-from retrieval.app.duplicate_groups import DuplicatePair
-from retrieval.app.near_duplicates import (
+from retrieval.app.duplicates.groups import DuplicatePair
+from retrieval.app.duplicates.same_photo import (
     MIN_AGREEMENT,
     block_agreement,
     grey_thumbnail,
@@ -38,7 +38,7 @@ of copies the full check confirmed deviate by 0.06 degrees and 0.51 px at most; 
 
 
 def another_view(evidence) -> bool:
-    """Whether :class:`NearEvidence <retrieval.app.near_duplicates.NearEvidence>` of a cheap check rules out the
+    """Whether :class:`NearEvidence <retrieval.app.duplicates.same_photo.NearEvidence>` of a cheap check rules out the
     same photograph (:data:`OTHER_VIEW_DEVIATION`, :data:`OTHER_VIEW_RESIDUAL`)."""
     return evidence.deviation > OTHER_VIEW_DEVIATION or evidence.residual > OTHER_VIEW_RESIDUAL
 
@@ -67,8 +67,8 @@ class PairVerifier:
 
     def prepare(self, ids, *, threads: int = 1, folder=None, progress=None) -> None:
         """Read each photo of ``ids`` once, before any check: its feature count and upright cheap side kept for
-        the run (:class:`retrieval.app.duplicate_sides.CheapSides`); call :meth:`close` after the run."""
-        from retrieval.app.duplicate_sides import CheapSides
+        the run (:class:`retrieval.app.duplicates.sides.CheapSides`); call :meth:`close` after the run."""
+        from retrieval.app.duplicates.sides import CheapSides
 
         def make(image_id):
             f = self.features(image_id)
@@ -126,7 +126,7 @@ class PairVerifier:
         return cached(self.cache, (key, turn, cheap), make, lambda v: v[1].nbytes + v[0].frames.nbytes)
 
     def thumbnail(self, path: str):
-        """:func:`retrieval.app.near_duplicates.grey_thumbnail` of ``path``, cached (None when undecodable)."""
+        """:func:`retrieval.app.duplicates.same_photo.grey_thumbnail` of ``path``, cached (None when undecodable)."""
         from retrieval.core.cache import cached
 
         def make():

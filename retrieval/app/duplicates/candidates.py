@@ -1,5 +1,5 @@
 """Candidate pairs of ``retrieval duplicates``: each photo's nearest photos by their compact global codes
-(:mod:`retrieval.app.duplicate_codes`), over its quarter turns.
+(:mod:`retrieval.app.duplicates.codes`), over its quarter turns.
 
 Below :data:`EXACT_BELOW` photos every photo's codes are compared with every upright code, in blocks (at 10,000
 photos about 10 s on 2 cores). From there on, all against all grows with the square of the collection (18.6 min at
@@ -73,8 +73,8 @@ def _exact_blocks(Q: np.ndarray, C: np.ndarray):
 
 def _cell_top(Q: np.ndarray, C: np.ndarray, cells: CodeCells, probes: int, k: int, exclude_self: bool):
     """``(rows, S, cols, turns)``: every query photo's ``k`` nearest codes among the cells its turned codes probe
-    (compiled: :func:`retrieval.app._candidate_kernels.probed_top`)."""
-    from retrieval.app._candidate_kernels import probed_top
+    (compiled: :func:`retrieval.app.duplicates._candidate_kernels.probed_top`)."""
+    from retrieval.app.duplicates._candidate_kernels import probed_top
 
     n, T, D = Q.shape
     Q = np.ascontiguousarray(Q, np.float32)

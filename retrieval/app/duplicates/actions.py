@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 
 from retrieval.app.safe_files import move_file, trash_entry
+from retrieval.core.checks import ParamError
 from retrieval.core.persistence import fsync_dir, write_json_atomic
 from retrieval.features.store import file_hash
 
@@ -43,10 +44,10 @@ PLAN_FORMAT = "retrieval-duplicates-plan"
 PLAN_VERSION = 1
 ACTIONS = ("move", "trash", "link")
 KINDS = ("exact", "near", "scene")
-LINK_ONLY_EXACT = ("--action link replaces a file by a hard link to its keeper: only for exact copies "
-                   "(--kinds exact)")
+LINK_ONLY_EXACT = ("{action} link replaces a file by a hard link to its keeper: only for exact copies "
+                   "({kinds} exact).")
 SCENE_NEEDS_GROUPS = ("scene groups are photos of the same scene, not copies: they are acted on only when named "
-                      "(--groups with their numbers)")
+                      "({groups} with their numbers).")
 _WHAT = {"exact": "exact copy of", "near": "near duplicate of", "scene": "same scene as"}
 _NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
@@ -91,11 +92,11 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
         raise ValueError(f"unknown kind(s) {', '.join(map(repr, unknown)) or 'none given'}; kinds are "
                          f"{', '.join(KINDS)}.")
     if "scene" in kinds and not groups_named:
-        raise ValueError(SCENE_NEEDS_GROUPS + ".")
+        raise ParamError("groups", None, template=SCENE_NEEDS_GROUPS)
     if action == "link" and set(kinds) != {"exact"}:
-        raise ValueError(LINK_ONLY_EXACT + ".")
+        raise ParamError("action", action, template=LINK_ONLY_EXACT)
     if action == "move" and not to:
-        raise ValueError("--action move needs --to DIR (the folder the duplicates are moved to).")
+        raise ParamError("to", to, template="{action} move needs {to} DIR (the folder the duplicates are moved to).")
     named = None if groups_named is None else {int(g) for g in groups_named}
     to = _abs(to) if action == "move" else None
     roots = [_abs(r) for r in roots or ()]
@@ -312,7 +313,7 @@ def _leave_index(idx, plan: dict) -> None:
     places = [s.get("dest") or s.get("trash_file") for s in done]
     inside = [p for p in places if p and _inside(p, roots)]
     if inside:
-        idx.exclude(inside)
+        idx.writer().exclude(inside)
     plan["excluded"] = inside
 
 
@@ -400,7 +401,7 @@ def undo_plan(idx, plan_path) -> dict:
         undone = [s for s in plan["steps"] if s.get("undo") == "done"]
         back = [s["path"] for s in undone]
         places = {s.get("dest") or s.get("trash_file") for s in undone}
-        idx.include(back + [p for p in plan.get("excluded") or [] if p in places])
+        idx.writer().include(back + [p for p in plan.get("excluded") or [] if p in places])
         removed = set(plan.get("removed") or [])
         again = [p for p in back if p in removed]
         if again:

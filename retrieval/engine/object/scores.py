@@ -1,4 +1,4 @@
-"""Scores and correspondences of :class:`retrieval.engine.object_search.ObjectSearcher`: the similarity of each
+"""Scores and correspondences of :class:`retrieval.engine.object.searcher.ObjectSearcher`: the similarity of each
 dissimilarity (Zhu et al. 2013), the scores of the query photo's own encoding that make a similarity of 1 (BoW
 histogram, ASMK* signatures), unverified hits, and the visual-word correspondences used for verification when no
 stored features are given."""

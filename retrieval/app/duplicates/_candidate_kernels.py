@@ -1,5 +1,5 @@
 """Compiled kernel of the duplicate finder's inverted file over the global codes
-(:mod:`retrieval.app.duplicate_candidates`): each photo's ``k`` nearest photos among the cells its turned codes
+(:mod:`retrieval.app.duplicates.candidates`): each photo's ``k`` nearest photos among the cells its turned codes
 probe, one photo per parallel iteration."""
 
 from __future__ import annotations

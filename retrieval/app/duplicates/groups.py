@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from retrieval.app.near_duplicates import NearEvidence
+from retrieval.app.duplicates.same_photo import NearEvidence
 from retrieval.app.photo_facts import KEEPER_RULE, choose_keeper, keeper_reason, photo_facts
 
 KINDS = ("exact", "near", "scene")

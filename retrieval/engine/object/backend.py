@@ -1,4 +1,4 @@
-"""The ``object`` backend: :class:`retrieval.engine.object_search.ObjectSearcher` (Zhu et al. 2013: large-vocabulary
+"""The ``object`` backend: :class:`retrieval.engine.object.searcher.ObjectSearcher` (Zhu et al. 2013: large-vocabulary
 BoW in an inverted file, l1 / l2 / delta_1 / delta_2, exact and spatial re-ranking) adapted to the index folder."""
 
 from __future__ import annotations
@@ -7,17 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.engine.backend import (
-    Backend,
-    query_expansion_count,
-)
-from retrieval.engine.config import METHOD_ALPHA, OBJECT_METHODS
+from retrieval.engine.backend import Backend
 from retrieval.engine.hits import Hit
-from retrieval.engine.object_parts import ObjectSegments
-from retrieval.engine.object_search import ObjectSearcher
+from retrieval.engine.object.parts import ObjectSegments
+from retrieval.engine.object.searcher import OFFER, ObjectSearcher
+from retrieval.engine.params import Resolved, SearchContext
 from retrieval.engine.presets import record_reduction
 from retrieval.rerank.cells import MatchCells, with_probes
-from retrieval.rerank.verifier import Verifier, rootsift_descriptors
+from retrieval.rerank.verifier import rootsift_descriptors
 
 CELL_TRAINING_ROWS = 200_000
 """Descriptors the match cells are learnt from (a seeded sample of the training images')."""
@@ -38,14 +35,15 @@ def train_cells(features: list, rootsift: bool, seed: int) -> MatchCells | None:
 
 
 class ObjectBackend(Backend):
-    """Adapter of :class:`retrieval.engine.object_search.ObjectSearcher` to the backend interface.
+    """Adapter of :class:`retrieval.engine.object.searcher.ObjectSearcher` to the backend interface.
 
     The model is the trained but empty searcher (vocabulary, parameters), saved by ``save_model``; the state is
-    made of immutable segments (:mod:`retrieval.engine.object_parts`), each a searcher folder of the images one sync
+    made of immutable segments (:mod:`retrieval.engine.object.parts`), each a searcher folder of the images one sync
     added. ``searcher`` is the view that searches them as one collection, rebuilt by the writer's calls only.
     """
 
     kind = "object"
+    offer = OFFER
 
     def __init__(self, preset: dict, n_shards: int = 1):
         super().__init__(preset)
@@ -83,7 +81,7 @@ class ObjectBackend(Backend):
         self.cells = train_cells(feats, self.model.rootsift, int(self.config.training.random_state))
         if progress:
             progress(3, 3)
-        self.trained = True
+        self._settle()
 
     def save_model(self, folder: Path) -> dict:
         self.model.save(Path(folder) / "searcher")
@@ -104,6 +102,15 @@ class ObjectBackend(Backend):
         self._use_model(self._loaded(Path(folder) / "searcher"))
         # models learnt before the match cells existed verify with the exact ratio test
         self.cells = MatchCells.load(Path(folder) / "match_cells.npz") if "match_cells.npz" in info["files"] else None
+        self._settle()
+
+    def _settle(self) -> None:
+        """The model is complete (trained or loaded): its verifier is built, once (:attr:`Backend.verifier`):
+        RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
+        ``search.ratio`` and ``object_search.min_inliers``."""
+        s = self.config.search
+        self.verifier = self.model.verifier(ratio=s.ratio, cells=with_probes(self.cells, s.match_probes),
+                                            query_features=s.verify_query_features)
         self.trained = True
 
     @property
@@ -155,39 +162,10 @@ class ObjectBackend(Backend):
         self.state.merge_all = self.state.merge_all or bool(merge_all)
         return True
 
-    @property
-    def verifier(self) -> Verifier:
-        """RootSIFT ratio-test matches (the matches the decision threshold was measured on), the preset's
-        ``search.ratio`` and ``object_search.min_inliers``."""
-        s = self.config.search
-        return self.searcher.verifier(ratio=s.ratio, cells=with_probes(self.cells, s.match_probes),
-                                      query_features=s.verify_query_features)
-
-    def search(self, query, *, k, query_box, method=None, rerank=None, get_features=None, query_expansion=None,
-               shortlist=None, cache=None, threads: int = 1, **options) -> list[Hit]:
-        s = self.config.search
-        method = method or s.method
-        if method not in OBJECT_METHODS:
-            raise ValueError(f"--method must be one of {', '.join(OBJECT_METHODS)} for preset "
-                             f"{self.preset['name']!r}; got {method!r}.")
-        rerank = rerank or s.rerank
-        if rerank not in ("none", "exact", "spatial"):
-            raise ValueError(f"--rerank must be none, exact or spatial for preset {self.preset['name']!r}; "
-                             f"got {rerank!r}.")
-        # the preset's alpha belongs to its method; another method chosen at query time gets that method's default
-        alpha = float(options.pop("alpha", s.alpha if method == s.method else METHOD_ALPHA.get(method, 1.0)))
-        if options:
-            raise ValueError(f"preset {self.preset['name']!r} (kind object) takes no option(s) "
-                             f"{', '.join(sorted(options))}.")
-        n_qe = query_expansion_count(s.query_expansion, query_expansion, rerank)
+    def search(self, query, box, params: Resolved, context: SearchContext) -> list[Hit]:
         if self.searcher.ntotal == 0:
             return []
-        # with the stored features the searcher verifies on RootSIFT ratio-test matches (the matches the decision
-        # threshold was measured on); its hits carry the dissimilarity as ``distance``, its normalisation as
-        # ``similarity`` and the ranking key as ``score``
-        extra = {"query_expansion": n_qe} if n_qe else {}
-        # images verified: the preset's search.verify_top, or the caller's (the sideways fallback's turned searches)
-        extra["verify_top"] = int(s.verify_top if shortlist is None else shortlist)
-        return self.searcher.search(query, bbox=query_box, k=k, method=method, alpha=alpha, rerank=rerank,
-                                    get_features=get_features, verifier=self.verifier, cache=cache,
-                                    threads=threads, **extra)
+        # verified with the stored features (RootSIFT ratio-test matches, the matches the decision threshold was
+        # measured on): the preset's search.verify_top first results, or the caller's (the sideways fallback)
+        n_verify = self.config.search.verify_top if params.shortlist is None else params.shortlist
+        return self.searcher.run(query, box, params, context, verifier=self.verifier, n_verify=n_verify)

@@ -1,5 +1,5 @@
 """The compact global code of each photo that ``retrieval duplicates`` finds its candidate pairs with
-(:mod:`retrieval.app.duplicate_candidates`).
+(:mod:`retrieval.app.duplicates.candidates`).
 
 Every preset uses the same code, so that one calibrated threshold holds for all: the Fisher vector of the
 package's generic ``default`` model (:mod:`retrieval.app.generic_models`: RootSIFT reduced to 64-d, 64 Gaussians,
@@ -11,7 +11,7 @@ the parts are merged into one (and codes of photos no longer indexed dropped) on
 :data:`MAX_PARTS`.
 
 Photos turned by a quarter turn: a photo's code is also computed for its features turned by 90 and 180 degrees
-(:func:`retrieval.app.near_duplicates.turned`): a pair turned by 270 degrees is found from its other photo's 90.
+(:func:`retrieval.app.duplicates.same_photo.turned`): a pair turned by 270 degrees is found from its other photo's 90.
 The similarity of a pair is the largest over the turns, and the turn is kept for verification.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.app.near_duplicates import can_turn, turned
+from retrieval.app.duplicates.same_photo import can_turn, turned
 
 logger = logging.getLogger(__name__)
 

@@ -4,18 +4,18 @@
 - **exact**: the same bytes (the catalog's content hash), or the same decoded pixels (a lossless re-encoding);
 - **near**: the same photograph, edited: resized, re-encoded, cropped, turned by a quarter turn, lightly
   retouched. A verified pair whose inliers show one frame as a similarity of the other with the same interest
-  points (:func:`retrieval.app.near_duplicates.same_photograph`);
+  points (:func:`retrieval.app.duplicates.same_photo.same_photograph`);
 - **scene**: the same object or place photographed again: a verified pair (at least ``min_inliers`` one-to-one
   inliers) that is not the same photograph.
 
 How (each step bounded by what it costs):
 
 1. exact copies by content hash, from the catalog;
-2. candidates by one compact global code per photo (:mod:`retrieval.app.duplicate_codes`), compared all against
+2. candidates by one compact global code per photo (:mod:`retrieval.app.duplicates.codes`), compared all against
    all in blocks, each photo also turned by 90 and 180 degrees: the ``candidates`` most similar photos with at
    least ``threshold`` similarity;
 3. each candidate pair verified by the index's verifier (ratio test and descriptor space of its searches): first a
-   cheap check on the :data:`~retrieval.app.duplicate_verifier.CHEAP_FEATURES` largest features of each photo, which settles most copies and most
+   cheap check on the :data:`~retrieval.app.duplicates.pair_verifier.CHEAP_FEATURES` largest features of each photo, which settles most copies and most
    other views of a scene, then the full features; a near pair of equal sizes is compared pixel by pixel (exact when equal);
 4. groups: exact copies first (one group per set of equal files), near duplicates between the keepers of exact
    groups, same-scene groups between the keepers of near groups. Each group has a suggested keeper
@@ -28,7 +28,7 @@ import hashlib
 
 import numpy as np
 
-from retrieval.app.duplicate_groups import (
+from retrieval.app.duplicates.groups import (
     KIND_ORDER,
     KINDS,
     Components,
@@ -36,7 +36,7 @@ from retrieval.app.duplicate_groups import (
     DuplicatePair,
     build_groups,
 )
-from retrieval.app.duplicate_verifier import DUPLICATE_MIN_INLIERS, PairVerifier
+from retrieval.app.duplicates.pair_verifier import DUPLICATE_MIN_INLIERS, PairVerifier
 from retrieval.app.photo_facts import KEEPER_RULE
 
 DEFAULT_CANDIDATES = 10
@@ -154,8 +154,8 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
     -------
     list of :class:`DuplicateGroup`: exact groups, then near, then scene; in each kind the largest first.
     """
-    from retrieval.app.duplicate_candidates import candidate_pairs, search_cells
-    from retrieval.app.duplicate_codes import CodeSpace, centred
+    from retrieval.app.duplicates.candidates import candidate_pairs, search_cells
+    from retrieval.app.duplicates.codes import CodeSpace, centred
 
     _, rows = idx.catalog.snapshot()
     rows = [r for r in rows if r["status"] == "indexed"]
@@ -231,8 +231,8 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
     ``paths``: ``kind`` the tightest among the matches, None when nothing matches (``error``: one line when the file
     could not be read, else None).
     """
-    from retrieval.app.duplicate_candidates import candidate_pairs
-    from retrieval.app.duplicate_codes import CodeSpace, centred
+    from retrieval.app.duplicates.candidates import candidate_pairs
+    from retrieval.app.duplicates.codes import CodeSpace, centred
     from retrieval.features.store import file_hash
 
     _, rows = idx.catalog.snapshot()

@@ -1,7 +1,7 @@
 """The cheap side of every photo of one ``retrieval duplicates`` run, computed once.
 
 Most candidate pairs are settled by the cheap check on the largest features of each photo
-(:data:`retrieval.app.duplicate_verifier.CHEAP_FEATURES`). A photo takes part in about 8 to 20 pairs, met in the order of
+(:data:`retrieval.app.duplicates.pair_verifier.CHEAP_FEATURES`). A photo takes part in about 8 to 20 pairs, met in the order of
 decreasing similarity, so on a large collection a bounded cache of described photos misses almost every time and
 each check reads two stored feature files again (2 ms a pair at 10,000 photos, 8-11 ms at 100,000). Instead, before
 verifying, one pass reads each photo's features once, keeps its feature count and its upright cheap side (the
