@@ -54,7 +54,7 @@ class ApiError(Exception):
 def field_error(exc: ParamError) -> ApiError:
     """A refused search parameter (:class:`retrieval.engine.params.ParamError`) in the API's words: 400, naming
     the request's field (the API's search fields are named as :class:`~retrieval.engine.params.SearchParams`'s)."""
-    return ApiError(400, exc.worded(f"field {exc.param!r} ="), field=exc.param)
+    return ApiError(400, exc.worded(lambda name: f"field {name!r} ="), field=exc.param)
 
 
 @dataclass
