@@ -85,7 +85,7 @@ class Hit:
 
 
 def verified_by_rerank(hit: Hit) -> bool:
-    """Whether spatial re-ranking verified ``hit`` (:func:`retrieval.rerank.spatial.spatial_rerank` sets
+    """Whether spatial re-ranking verified ``hit`` (:meth:`retrieval.rerank.verifier.Verifier.rerank` sets
     ``hit.verified`` from :func:`retrieval.rerank.verification.verify`). The one place that reads the decision."""
     return bool(hit.verified)
 

@@ -13,7 +13,7 @@ one from the preset's ``kind``:
   2013, through :class:`retrieval.engine.object.searcher.ObjectSearcher`.
 
 Every backend's ``search`` returns :class:`retrieval.engine.hits.Hit` records. Spatial re-ranking of a shortlist
-(:func:`retrieval.rerank.spatial.spatial_rerank`, Philbin et al. 2007) is shared by the global, codes-only and binary
+(:meth:`retrieval.rerank.verifier.Verifier.rerank`, Philbin et al. 2007) is shared by the global, codes-only and binary
 backends; the object backend verifies with its own visual-word correspondences.
 """
 

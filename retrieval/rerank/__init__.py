@@ -10,7 +10,6 @@ from retrieval.rerank.matching import (
     match_images,
     tentative_matches,
 )
-from retrieval.rerank.spatial import spatial_rerank
 from retrieval.rerank.verification import (
     DEFAULT_MIN_INLIERS,
     Verification,
@@ -21,5 +20,5 @@ from retrieval.rerank.verification import (
 from retrieval.rerank.verifier import Verifier
 
 __all__ = ["DEFAULT_MIN_INLIERS", "MatchResult", "Verification", "box_iou", "clip_box", "find_homography", "match_descriptors", "match_features",
-           "match_images", "project_box", "query_region", "spatial_rerank", "Verifier", "model_problem", "tentative_matches", "verify",
+           "match_images", "project_box", "query_region", "Verifier", "model_problem", "tentative_matches", "verify",
            "verify_affine"]

@@ -3,7 +3,7 @@ pixel is ``(0, 0)``, so an image of size ``(w, h)`` spans ``[0, w - 1] x [0, h -
 projection of a query box through a verified transform into a database image, and intersection over union.
 
 :func:`query_region` is the one place a query's box is parsed, checked, clipped to the oriented image and its
-features selected. Used by spatial re-ranking (:func:`retrieval.rerank.spatial.spatial_rerank`), object search
+features selected. Used by spatial re-ranking (:meth:`retrieval.rerank.verifier.Verifier.rerank`), object search
 (:class:`retrieval.engine.object.searcher.ObjectSearcher`) and the box-query benchmark
 (:mod:`retrieval.bench.object_eval`).
 """

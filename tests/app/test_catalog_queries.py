@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from retrieval.app.catalog import Catalog, CatalogChanges, CatalogRows
 from retrieval.app.integrity import CATALOG_BACKUP, restore_catalog
 from retrieval.app.searcher import Searcher
-from retrieval.engine.hits import Hit
 from retrieval.engine.config import Preset
+from retrieval.engine.hits import Hit
 from retrieval.engine.params import Offer, SearchParams
 from retrieval.engine.presets import load_preset
 

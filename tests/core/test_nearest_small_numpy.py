@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import retrieval.core.nearest as nearest_module
 from retrieval.core._nearest_small import nearest_small
-from retrieval.core.nearest import nearest_small_numpy, nearest_centers, sq_norms
+from retrieval.core.nearest import nearest_centers, nearest_small_numpy, sq_norms
 
 
 @settings(max_examples=40, deadline=None)

@@ -128,7 +128,7 @@ def test_spatial_rerank_verified_first_with_boxes():
     shuffled positions do not (no box), and keep their first-stage order after the verified ones."""
     from retrieval.engine.hits import Hit
     from retrieval.features.types import LocalFeatures
-    from retrieval.rerank.spatial import spatial_rerank
+    from retrieval.rerank.verifier import Verifier
 
     rng = np.random.default_rng(5)
     n = 200
@@ -144,7 +144,7 @@ def test_spatial_rerank_verified_first_with_boxes():
     db = {1: LocalFeatures(shuffled, desc, (400, 400)), 2: LocalFeatures(half, desc, (400, 400)),
           3: LocalFeatures(moved, desc, (500, 500)), 4: LocalFeatures(shuffled, desc, (400, 400))}
     hits = [Hit(1, 0.9), Hit(2, 0.8), Hit(3, 0.7), Hit(4, 0.6), Hit(5, 0.5)]
-    out = spatial_rerank(hits, query, (0, 0, 399, 399), db.__getitem__, shortlist=4, ratio=0.85)
+    out = Verifier(ratio=0.85).rerank(hits, query, (0, 0, 399, 399), db.__getitem__, shortlist=4)
     assert [h.id for h in out] == [3, 2, 1, 4, 5]
     assert out[0].inliers == n and out[0].verified and np.allclose(out[0].box, (30, 20, 429, 419))
     assert out[1].verified and n // 2 <= out[1].inliers < n
@@ -158,7 +158,7 @@ def test_spatial_rerank_cache_reads_each_image_once_and_changes_nothing():
     from retrieval.core.cache import BytesLRU
     from retrieval.engine.hits import Hit
     from retrieval.features.types import LocalFeatures
-    from retrieval.rerank.spatial import spatial_rerank
+    from retrieval.rerank.verifier import Verifier
 
     rng = np.random.default_rng(6)
     n = 150
@@ -181,7 +181,7 @@ def test_spatial_rerank_cache_reads_each_image_once_and_changes_nothing():
 
     def ranked(cache):
         hits = [Hit(i, 1.0 - 0.1 * i) for i in db]
-        out = spatial_rerank(hits, query, (0, 0, 399, 399), get_features, shortlist=4, ratio=0.85, cache=cache)
+        out = Verifier(ratio=0.85).rerank(hits, query, (0, 0, 399, 399), get_features, shortlist=4, cache=cache)
         return [(h.id, h.inliers, h.verified, None if h.box is None else tuple(np.round(h.box, 6))) for h in out]
 
     plain = ranked(None)
