@@ -10,7 +10,9 @@ say() { echo "[setup] $*" >&2; }
 
 need_apt=()
 dpkg -s libvlfeat-dev >/dev/null 2>&1 || need_apt+=(libvlfeat-dev)
+# the compilers: C builds cyvlfeat; C++ runs the C++ cross-check of the Oxford AP (tests/evaluation/test_protocols.py)
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 # a real browser for the browser tests (the HTML gallery is checked in headless Chromium; the web page of
 # 'retrieval serve' is driven through Selenium and chromedriver)
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
@@ -36,7 +38,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 else
-  say "Debian packages present (libvlfeat-dev, C compiler, Python headers, Chromium, chromedriver)"
+  say "Debian packages present (libvlfeat-dev, C and C++ compilers, Python headers, Chromium, chromedriver)"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
