@@ -3,36 +3,50 @@
 :func:`photo_facts` reads a file's size, format, EXIF date and camera from its header only (Pillow opens files
 lazily: no pixel is decoded, so a truncated body goes unnoticed and a huge image costs nothing).
 
-The keeper rule (:data:`KEEPER_RULE`, ``("resolution", "format", "oldest", "path")``) orders the copies of one
-photo by these criteria, each breaking the ties of the ones before it:
+The keeper rule (:data:`KEEPER_RULE`, ``("raw", "resolution", "not-backup", "oldest", "path")``) orders the copies
+of one photo by these criteria, each breaking the ties of the ones before it:
 
-1. ``resolution``: the most pixels (width x height) first: a smaller copy is a resize;
-2. ``format``: the original first: files with EXIF camera information (``Make`` / ``Model``) before files without
-   (a re-encoded copy usually lost it), then by format: camera RAW (by extension: DNG, CR2, NEF, ARW, ...), TIFF,
-   HEIF, JPEG (and MPO, a camera's multi-picture JPEG), then PNG (a lossless copy), then WebP and AVIF (lossy
-   re-encodings, the usual web copy), then GIF and every other or unknown format (palette or uncompressed exports);
-3. ``oldest``: the earliest date first: the EXIF date the photo was taken, else the file's modification time;
-4. ``path``: the shortest path first, then alphabetical (deterministic).
+1. ``raw``: a camera RAW file (by extension: DNG, CR2, NEF, ARW, ...) first: of a RAW + JPEG pair, the RAW is the
+   original (its width and height are unknown without a RAW decoder, so it must come before ``resolution``);
+2. ``resolution``: the most pixels (width x height) first: a smaller copy is a resize;
+3. ``not-backup``: a file outside folders whose names say it is a copy (:data:`BACKUP_WORDS`: ``Backup``,
+   ``copy``, ``Export``, ``tmp``, ... as a word of a folder of its path) first: fewer such folders first;
+4. ``oldest``: the earliest date first: the EXIF date the photo was taken, else the file's modification time;
+5. ``path``: the shortest path first, then alphabetical (deterministic).
 
-:func:`parse_keeper_rule` reads a user's rule (``"under:~/Pictures,resolution"``). Whatever the rule, an unreadable
-file comes after every readable one, and the remaining ties go to the path then the position in the list.
+Other criteria a user may name: ``format`` (files with EXIF camera information first, then camera RAW, TIFF, HEIF,
+JPEG, PNG, WebP/AVIF, GIF and others), ``smallest``, ``newest``, ``bytes``, ``under:DIR`` (files under DIR first,
+``--prefer-folder``) and ``not-under:DIR`` (files under DIR last, ``--never-keep-in``). :func:`parse_keeper_rule`
+reads a user's rule (``"under:~/Pictures,resolution"``), :func:`keeper_rule_with` adds the folders a user prefers
+or never keeps in. Whatever the rule, an unreadable file comes after every readable one, and the remaining ties go
+to the path then the position in the list.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 from datetime import datetime
 
 from retrieval.features.image import ImageReadError, peek_image
 
-KEEPER_RULE = ("resolution", "format", "oldest", "path")
-"""The default keeper rule (module docstring): largest resolution, original format, oldest date, shortest path."""
+KEEPER_RULE = ("raw", "resolution", "not-backup", "oldest", "path")
+"""The default keeper rule (module docstring): the RAW of a RAW + JPEG pair, the most pixels, a file outside
+backup / copy / export folders, the earliest date, the shortest path."""
 
-KEEPER_CRITERIA = ("resolution", "smallest", "format", "oldest", "newest", "bytes", "path", "under:DIR")
-"""The criteria of a keeper rule: largest / smallest resolution, original format, oldest / newest date, largest
-file, shortest path, and ``under:DIR`` (files under the folder DIR first, a user's main library)."""
+KEEPER_CRITERIA = ("raw", "resolution", "smallest", "not-backup", "format", "oldest", "newest", "bytes", "path",
+                   "under:DIR", "not-under:DIR")
+"""The criteria of a keeper rule: camera RAW first, largest / smallest resolution, outside backup folders, original
+format, oldest / newest date, largest file, shortest path, ``under:DIR`` (files under the folder DIR first, a user's
+main library) and ``not-under:DIR`` (files under DIR last: a backup disk)."""
+
+BACKUP_WORDS = frozenset({"backup", "backups", "bak", "copy", "copies", "copie", "copia", "kopie", "export",
+                          "exports", "exported", "tmp", "temp", "duplicates", "sauvegarde", "sicherung"})
+"""Words that make a folder a place of copies for the ``not-backup`` criterion (case-insensitive, any folder of the
+path: ``Backup (copie)/``, ``Lightroom Exports/``, ``tmp/``)."""
+_WORDS = re.compile(r"[^\W\d_]+")
 
 RAW_EXTENSIONS = (".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2", ".orf", ".rw2", ".raf",
                   ".pef", ".srw", ".x3f", ".3fr", ".iiq", ".erf", ".mrw", ".kdc", ".dcr", ".raw")
@@ -138,6 +152,26 @@ def _camera(make: str, model: str) -> str | None:
     return " ".join(p for p in (make, model) if p) or None
 
 
+def backup_folders(path: str) -> list[str]:
+    """The folders of ``path`` whose name holds a word of :data:`BACKUP_WORDS`, from the root down. The
+    ``not-backup`` criterion keeps the copy with fewer of them: folders every copy shares (``/tmp``) decide
+    nothing."""
+    return [part for part in os.path.dirname(os.path.abspath(str(path))).split(os.sep)
+            if BACKUP_WORDS.intersection(w.lower() for w in _WORDS.findall(part))]
+
+
+def keeper_rule_with(rule=KEEPER_RULE, prefer_folders=(), never_keep_in=()) -> tuple:
+    """``rule`` with the folders a user never keeps a copy in (``not-under:DIR``, first: they decide before any
+    other criterion) and the folders a user prefers (``under:DIR``, where ``not-backup`` is in the rule, else after
+    ``raw`` and ``resolution``)."""
+    rule = list(_check_rule(rule))
+    preferred = ["under:" + os.path.expanduser(str(d)) for d in prefer_folders]
+    at = rule.index("not-backup") if "not-backup" in rule else sum(1 for n in rule[:2] if n in ("raw", "resolution"))
+    rule[at:at] = preferred
+    never = tuple("not-under:" + os.path.expanduser(str(d)) for d in never_keep_in)
+    return _check_rule(never + tuple(rule))
+
+
 def parse_keeper_rule(text) -> tuple:
     """A keeper rule from a user's comma-separated criteria (:data:`KEEPER_CRITERIA`).
 
@@ -157,17 +191,27 @@ def parse_keeper_rule(text) -> tuple:
     ValueError
         An empty rule, an unknown criterion or ``under:`` without a folder (one line naming the valid criteria).
     """
-    names = [p.strip() for p in str(text).split(",")]
-    return _check_rule(tuple("under:" + os.path.expanduser(n[6:].strip()) if n.lower().startswith("under:")
-                             else n.lower() for n in names))
+    def one(n):
+        for prefix in ("under:", "not-under:"):
+            if n.lower().startswith(prefix):
+                return prefix + os.path.expanduser(n[len(prefix):].strip())
+        return n.lower()
+
+    return _check_rule(tuple(one(p.strip()) for p in str(text).split(",")))
+
+
+def _folder_criterion(name) -> bool:
+    return isinstance(name, str) and any(name.startswith(p) and name[len(p):] for p in ("under:", "not-under:"))
 
 
 def _check_rule(rule) -> tuple:
     rule = (rule,) if isinstance(rule, str) else tuple(rule)
     for name in rule:
-        if not (name in KEEPER_CRITERIA or (isinstance(name, str) and name.startswith("under:") and name[6:])):
-            raise ValueError(f"keeper rule: unknown criterion {name!r} (a folder is needed: under:DIR); valid "
-                             f"criteria: {', '.join(KEEPER_CRITERIA)}.")
+        if not (name in KEEPER_CRITERIA or _folder_criterion(name)):
+            close = difflib.get_close_matches(str(name), [c for c in KEEPER_CRITERIA if ":" not in c], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"keeper rule: unknown criterion {name!r} ({hint}a folder is needed: under:DIR); "
+                             f"valid criteria: {', '.join(KEEPER_CRITERIA)}.")
     return rule
 
 
@@ -198,6 +242,12 @@ def _key(name: str, f: dict) -> tuple:
         return (1, 0) if f.get("bytes") is None else (0, -f["bytes"])
     if name == "path":
         return (len(f["path"]), f["path"])
+    if name == "raw":
+        return (0 if os.path.splitext(f["path"])[1].lower() in RAW_EXTENSIONS else 1,)
+    if name == "not-backup":
+        return (len(backup_folders(f["path"])),)
+    if name.startswith("not-under:"):
+        return (1 if _under(f["path"], name[len("not-under:"):]) else 0,)
     return (0 if _under(f["path"], name[len("under:"):]) else 1,)
 
 
@@ -283,4 +333,12 @@ def _reason(name: str, keeper: dict, runner: dict) -> str:
             f"largest file ({keeper['bytes']:,} bytes)")
     if name == "path":
         return "shortest path" if len(keeper["path"]) < len(runner["path"]) else "first path alphabetically"
-    return f"under {name[len('under:'):]}"
+    if name == "raw":
+        ext = os.path.splitext(runner["path"])[1][1:].upper() or runner.get("format") or "the other"
+        return f"the RAW original ({os.path.splitext(keeper['path'])[1][1:].upper()} over {ext})"
+    if name == "not-backup":
+        extra = [d for d in backup_folders(runner["path"]) if d not in backup_folders(keeper["path"])]
+        return f"not in a copies folder (the other is in {(extra or ['a copies folder'])[-1]!r})"
+    if name.startswith("not-under:"):
+        return f"not under {name[len('not-under:'):]} (never kept there)"
+    return f"under {name[len('under:'):]} (preferred)"

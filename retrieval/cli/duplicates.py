@@ -44,8 +44,14 @@ def _group_numbers(text: str | None) -> set | None:
               help="Kinds listed and acted on, comma-separated from exact, near, scene [default: all three listed; "
                    "actions and --format paths: exact,near].")
 @click.option("--keeper", "keeper_rule", default=None, metavar="RULE",
-              help="Criteria choosing the photo to keep in each group, in order, comma-separated from resolution, "
-                   "smallest, format, oldest, newest, bytes, path, under:DIR [default: resolution,format,oldest,path].")
+              help="Criteria choosing the photo to keep in each group, in order, comma-separated from raw, "
+                   "resolution, smallest, not-backup, format, oldest, newest, bytes, path, under:DIR, not-under:DIR "
+                   "[default: raw,resolution,not-backup,oldest,path: the RAW of a RAW+JPEG pair, the most pixels, a "
+                   "file outside backup/copy/export/tmp folders, the earliest date, the shortest path].")
+@click.option("--prefer-folder", "prefer_folders", multiple=True, metavar="DIR",
+              help="Keep the copy under DIR when pixels and RAW do not decide (your main library); repeatable.")
+@click.option("--never-keep-in", "never_keep_in", multiple=True, metavar="DIR",
+              help="Never keep the copy under DIR when another exists (a backup disk); repeatable.")
 @click.option("--action", type=click.Choice(["move", "trash", "link"]), default=None,
               help="Act on every photo that is not its group's keeper: move (to --to, keeping the folder "
                    "structure), trash (the desktop trash), link (exact copies become hard links to the keeper). "
@@ -70,7 +76,7 @@ def _group_numbers(text: str | None) -> set | None:
 @format_options(json_help="Same as --format json: a JSON list of {group, kind, keeper, keeper_path, keeper_reason, "
                           "images: [...], pairs: [...]} (with --against: {path, kind, matches: [{id, path, kind}]}).")
 @click.pass_context
-def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, groups_named, yes, plan_path,
+def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, prefer_folders, never_keep_in, action, to_dir, groups_named, yes, plan_path,
                    undo_path, threshold, candidates, min_inliers, html_path, out):
     """Exact copies (same bytes or pixels), near duplicates (the same photograph resized, re-encoded, cropped,
     turned or retouched) and photos of the same scene, in groups that never mix kinds, each with a suggested keeper.
@@ -99,10 +105,11 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, action, to_dir, 
             raise click.UsageError("--action applies to the groups of the index, not to --against.")
         _against(idx, against, options, out, ctx)
         return
-    from retrieval.app.photo_facts import KEEPER_RULE, parse_keeper_rule
+    from retrieval.app.photo_facts import KEEPER_RULE, keeper_rule_with, parse_keeper_rule
 
     try:
-        rule = parse_keeper_rule(keeper_rule) if keeper_rule else KEEPER_RULE
+        rule = keeper_rule_with(parse_keeper_rule(keeper_rule) if keeper_rule else KEEPER_RULE, prefer_folders,
+                                never_keep_in)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--keeper") from None
     listed = _kinds(kinds) if kinds else ("exact", "near", "scene")
@@ -130,18 +137,26 @@ def _find(idx, options, rule, ctx):
         return find_duplicates(idx, keeper_rule=rule, progress=callback_for(bar), **options)
 
 
+def file_size(n) -> str:
+    """A file size a person reads: ``42 KB`` under a tenth of a megabyte (never ``0.0 MB``), else ``3.1 MB``."""
+    n = int(n or 0)
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3)) if n else 0} KB"
+
+
 def _print_groups(groups, acted, out, ctx, idx) -> None:
     rows = [{"group": g.group, "kind": g.kind, "keeper": im["keeper"], "id": im["id"], "width": im["width"],
              "height": im["height"], "bytes": im["bytes"], "format": im["format"], "date": im["date"],
              "camera": im["camera"], "path": im["path"]} for g in groups for im in g.images]
+    why = {g.group: g.keeper_reason for g in groups}
 
     def table():
         click.echo("group  kind   keep    id  resolution      size  format  date                 path")
         for r in rows:
             res = f"{r['width']}x{r['height']}" if r["width"] else "?"
-            size = f"{(r['bytes'] or 0) / 1e6:.1f} MB"
+            reason = f"   (kept: {why[r['group']]})" if r["keeper"] else ""
             click.echo(f"{r['group']:5d}  {r['kind']:5}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
-                       f"{size:>8}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  {r['path']}")
+                       f"{file_size(r['bytes']):>8}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  "
+                       f"{r['path']}{reason}")
 
     extras = [im["path"] for g in groups if g.kind in acted for im in g.images if not im["keeper"]]
     if out.fmt == "jsonl":

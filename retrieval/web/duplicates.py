@@ -118,10 +118,11 @@ class ServedDuplicates:
         return {"generation": gen, "groups": [g.to_json() for g in found if g.kind in kinds]}
 
     # ------------------------------------------------------------------ actions
-    def plan(self, action: str, *, kinds=None, to: str | None = None, groups=None, generation: int | None = None
-             ) -> tuple[int, dict]:
-        """``(generation, plan)`` of ``action`` on the current groups (nothing is touched); ApiError 400 for bad
-        input, 409 when ``generation`` (the one the caller was shown) is no longer the index's."""
+    def plan(self, action: str, *, kinds=None, to: str | None = None, groups=None, generation: int | None = None,
+             keepers: dict | None = None) -> tuple[int, dict]:
+        """``(generation, plan)`` of ``action`` on the current groups (nothing is touched); ``keepers``: the
+        keeper the user chose for some groups (``{group: image id}``); ApiError 400 for bad input, 409 when
+        ``generation`` (the one the caller was shown) is no longer the index's."""
         from retrieval.app.duplicates.actions import plan_actions
 
         kinds = tuple(kinds) if kinds else (("exact",) if action == "link" else ACTED_KINDS)
@@ -142,10 +143,18 @@ class ServedDuplicates:
             raise ApiError(409, f"the index changed since the groups were shown (generation {generation}, now "
                                 f"{gen}): look at the duplicates again.")
         docs = []
+        chosen = {int(k): int(v) for k, v in (keepers or {}).items()}
         for g in found:
             d = g.to_json()
             d["keeper"] = g.keeper_path
+            if g.group in chosen:
+                by_id = {im["id"]: im for im in d["images"]}
+                if chosen[g.group] not in by_id:
+                    raise ApiError(400, f"keepers: image {chosen.pop(g.group)} is not in group {g.group}.")
+                d["keeper"] = by_id[chosen.pop(g.group)]["path"]
             docs.append(d)
+        if chosen:
+            raise ApiError(400, f"keepers: no group {min(chosen)} in generation {gen}.")
         idx = self.service.local()
         try:
             plan = plan_actions(docs, action, kinds=kinds, to=str(to).strip() if to else None,

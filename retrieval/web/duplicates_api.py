@@ -36,6 +36,9 @@ class DuplicateAction(BaseModel):
     confirm: StrictBool = Field(False, description="false: only the plan (nothing changes); true: carry it out")
     generation: int | None = Field(None, description="the generation of the groups shown (409 when the index "
                                                      "changed since)")
+    keepers: dict[int, int] | None = Field(None, description="the keeper chosen by the user for some groups: "
+                                                             "{group number: image id}; the others keep the "
+                                                             "suggested one")
 
 
 class UndoRequest(BaseModel):
@@ -63,7 +66,8 @@ async def duplicate_action(request: Request, body: DuplicateAction):
     skipped, failed, bytes_freed, plan}, plan (the plan file's name, for the undo), steps: [{path, status,
     reason?}]}`; moved and trashed files leave the index."""
     svc = service_of(request)
-    options = {"kinds": body.kinds, "to": body.to, "groups": body.groups, "generation": body.generation}
+    options = {"kinds": body.kinds, "to": body.to, "groups": body.groups, "generation": body.generation,
+               "keepers": body.keepers}
     if not body.confirm:
         return await run(svc.pool, svc.duplicates.dry_run, body.action, **options)
     return await run(svc.writer, svc.duplicates.apply, body.action, **options)

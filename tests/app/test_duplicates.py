@@ -113,7 +113,10 @@ def test_duplicates_formats(dup_world):
     assert run([*base, "-0"]).stdout.split("\0")[:-1] == extras
     table = run([*base]).stdout.splitlines()
     assert table[0].split()[:4] == ["group", "kind", "keep", "id"]
-    assert [ln.rsplit("  ", 1)[-1] for ln in table[1:]] == [im["path"] for g in doc for im in g["images"]]
+    assert [ln.split("   (kept: ")[0].rsplit("  ", 1)[-1] for ln in table[1:]] == [
+        im["path"] for g in doc for im in g["images"]]
+    reasons = [ln.split("   (kept: ")[1] for ln in table[1:] if "   (kept: " in ln]   # the rule that decided
+    assert reasons == [g["keeper_reason"] + ")" for g in doc]
     assert [ln.split()[2] == "*" for ln in table[1:]] == [im["keeper"] for g in doc for im in g["images"]]
     near_only = json.loads(run([*base, "--format", "json", "--kinds", "near"]).stdout)
     assert near_only and {g["kind"] for g in near_only} == {"near"}

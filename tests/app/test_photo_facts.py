@@ -17,6 +17,7 @@ from retrieval.app.photo_facts import (
     KEEPER_RULE,
     choose_keeper,
     keeper_reason,
+    keeper_rule_with,
     parse_keeper_rule,
     photo_facts,
 )
@@ -135,34 +136,75 @@ def _facts(path, w=320, h=240, fmt="JPEG", date=None, camera=None, size=1000, mt
 
 
 def test_default_rule_keeps_the_largest_then_the_original(files):
+    assert KEEPER_RULE == ("raw", "resolution", "not-backup", "oldest", "path")
     facts = [photo_facts(files[k]) for k in ("small", "png", "webp", "camera")]
-    assert KEEPER_RULE == ("resolution", "format", "oldest", "path")
-    assert choose_keeper(facts) == 3
-    assert keeper_reason(facts, 3) == "original format (JPEG from Canon EOS 5D over PNG)"
+    assert choose_keeper(facts) == 3   # the same pixels: the camera's file is the one taken first
+    assert keeper_reason(facts, 3) == "oldest (2019-05-01)"
     facts = [photo_facts(files[k]) for k in ("small", "png")]   # the small one is older and has EXIF
     assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "largest resolution (320x240)"
-    facts = [photo_facts(files[k]) for k in ("webp", "png")]
-    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "original format (PNG over WEBP)"
 
 
-def test_ties_go_to_format_then_date_then_path():
+def test_the_default_keeper_rules_decide_in_turn(tmp_path):
+    """A photo in its album, its copy in a backup folder, a half-size copy and the RAW it was developed from: each
+    rule of the default keeper decides in turn, and says so."""
+    album = str(tmp_path / "Famille" / "Noël 2020" / "100200.jpg")
+    backup = str(tmp_path / "Backup (copie)" / "copy of 100200.jpg")   # shorter path, same pixels, same date
+    half = str(tmp_path / "Famille" / "Noël 2020" / "small" / "100200.jpg")
+    raw = str(tmp_path / "Famille" / "Noël 2020" / "IMG_100200.CR2")
+    date = "2020-12-24T19:00:00"
+    original, copy = _facts(album, 4000, 3000, date=date), _facts(backup, 4000, 3000, date=date)
+    resized = _facts(half, 2000, 1500, date=date)
+    raw_file = {**_facts(raw, fmt="CR2", date=date), "width": None, "height": None, "megapixels": None}
+
+    facts = [copy, original]   # same pixels, same date; the backup's path is shorter
+    assert choose_keeper(facts) == 1
+    assert keeper_reason(facts, 1) == "not in a copies folder (the other is in 'Backup (copie)')"
+    facts = [resized, copy]    # more pixels decide before the folder
+    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "largest resolution (4000x3000)"
+    facts = [original, raw_file, copy, resized]   # the RAW of a RAW + JPEG pair, whatever its unknown size
+    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "the RAW original (CR2 over JPG)"
+    facts = [_facts(album, date="2020-12-25T10:00:00"), _facts(half, date=date)]   # same pixels, both in the album
+    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "oldest (2020-12-24)"
+    facts = [_facts(half), _facts(album)]
+    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "shortest path"
+
+
+def test_preferred_and_never_kept_folders(tmp_path):
+    library, disk = str(tmp_path / "Pictures"), str(tmp_path / "BackupDisk")
+    in_library, on_disk = _facts(library + "/trip/a.jpg"), _facts(disk + "/a.jpg")
+    bigger_on_disk = _facts(disk + "/b.jpg", 640, 480)
+    rule = keeper_rule_with(KEEPER_RULE, prefer_folders=[library], never_keep_in=[disk])
+    assert rule == ("not-under:" + disk, "raw", "resolution", "under:" + library, "not-backup", "oldest", "path")
+    facts = [on_disk, in_library]   # the shorter path is on the disk
+    assert choose_keeper(facts) == 0 and choose_keeper(facts, rule) == 1
+    assert keeper_reason(facts, 1, rule) == f"not under {disk} (never kept there)"
+    facts = [bigger_on_disk, in_library]   # never kept there, even when larger
+    assert choose_keeper(facts, rule) == 1
+    assert choose_keeper(facts, keeper_rule_with(prefer_folders=[library])) == 0   # the pixels decide first
+    other = _facts(str(tmp_path / "elsewhere" / "a.jpg"))
+    facts = [other, in_library]
+    assert keeper_reason(facts, 1, keeper_rule_with(prefer_folders=[library])) == f"under {library} (preferred)"
+
+
+def test_the_format_rule_orders_formats_then_date_then_path():
+    rule = ("resolution", "format", "oldest", "path")   # the format criterion, named by the user
     order = ["x.gif", "x.webp", "x.png", "x.jpg", "x.heic", "x.tif", "x.dng"]
     formats = ["GIF", "WEBP", "PNG", "JPEG", "HEIF", "TIFF", "DNG"]
     for n in range(1, len(order)):
         facts = [_facts(p, fmt=f) for p, f in zip(order[:n + 1], formats[:n + 1], strict=True)]
-        assert choose_keeper(facts) == n
-    assert keeper_reason([_facts("b.png", fmt="PNG"), _facts("a.jpg")], 1) == "original format (JPEG over PNG)"
+        assert choose_keeper(facts, rule) == n
+    assert keeper_reason([_facts("b.png", fmt="PNG"), _facts("a.jpg")], 1, rule) == "original format (JPEG over PNG)"
     facts = [_facts("a.png", fmt="PNG", camera="Canon EOS 5D"), _facts("b.jpg")]   # camera EXIF first
-    assert choose_keeper(facts) == 0
+    assert choose_keeper(facts, rule) == 0
     facts = [_facts("a.jpg", date="2020-01-01T00:00:00"), _facts("b.jpg", date="2019-05-01T09:00:00")]
-    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "oldest (2019-05-01)"
+    assert choose_keeper(facts, rule) == 1 and keeper_reason(facts, 1, rule) == "oldest (2019-05-01)"
     facts = [_facts("a.jpg", date="2019-05-01T10:00:00"), _facts("b.jpg", mtime="2019-05-01T09:00:00")]
-    assert choose_keeper(facts) == 1 and keeper_reason(facts, 1) == "oldest (modified 2019-05-01 09:00:00)"
+    assert choose_keeper(facts, rule) == 1 and keeper_reason(facts, 1, rule) == "oldest (modified 2019-05-01 09:00:00)"
     facts = [_facts("dir/a.jpg"), _facts("b.jpg"), _facts("a.jpg")]
-    assert choose_keeper(facts) == 2 and keeper_reason(facts, 2) == "first path alphabetically"
-    assert keeper_reason(facts[:2], 1) == "shortest path"
-    assert keeper_reason(facts, 0) == "chosen by hand (the rule prefers a.jpg)"
-    assert keeper_reason([facts[0]], 0) == "the only copy"
+    assert choose_keeper(facts, rule) == 2 and keeper_reason(facts, 2, rule) == "first path alphabetically"
+    assert keeper_reason(facts[:2], 1, rule) == "shortest path"
+    assert keeper_reason(facts, 0, rule) == "chosen by hand (the rule prefers a.jpg)"
+    assert keeper_reason([facts[0]], 0, rule) == "the only copy"
 
 
 def test_each_rule_criterion_changes_the_choice(files, tmp_path):
@@ -184,7 +226,7 @@ def test_each_rule_criterion_changes_the_choice(files, tmp_path):
     assert keeper("format")[0] == "small"   # a camera JPEG before the larger PNG copy
     assert keeper("path") == ("png", "shortest path")
     library = os.path.dirname(files["plain"])
-    assert keeper(f"under:{library},resolution") == ("plain", f"under {library}")
+    assert keeper(f"under:{library},resolution") == ("plain", f"under {library} (preferred)")
     assert keeper(f"under:{tmp_path}")[0] == "png"   # nothing under it: the path decides
     assert choose_keeper(facts, ("under:" + library,)) == 4   # a tuple rule works as well
 
@@ -193,10 +235,13 @@ def test_parse_keeper_rule():
     assert parse_keeper_rule(" Resolution , OLDEST,path") == ("resolution", "oldest", "path")
     assert parse_keeper_rule("under:~/Pictures,bytes") == ("under:" + os.path.expanduser("~/Pictures"), "bytes")
     assert parse_keeper_rule(",".join(KEEPER_RULE)) == KEEPER_RULE
-    for bad in ("biggest", "resolution,,oldest", "", "under:", "under:  "):
-        with pytest.raises(ValueError, match="valid criteria: resolution, smallest") as err:
+    for bad in ("biggest", "resolution,,oldest", "", "under:", "under:  ", "not-under:"):
+        with pytest.raises(ValueError, match="valid criteria: raw, resolution, smallest") as err:
             parse_keeper_rule(bad)
         assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="did you mean 'newest'"):
+        parse_keeper_rule("newst")
+    assert parse_keeper_rule("not-under:~/Backup, raw") == ("not-under:" + os.path.expanduser("~/Backup"), "raw")
     with pytest.raises(ValueError, match="unknown criterion"):
         choose_keeper([_facts("a.jpg")], ("largest",))
     with pytest.raises(ValueError, match="empty"):

@@ -51,7 +51,12 @@ function dupRegions(group, im) {
   return out;
 }
 
-function dupPhoto(group, im) {
+function dupFolder(path) {
+  var i = Math.max(path.lastIndexOf("/"), path.lastIndexOf("\\"));
+  return i > 0 ? path.slice(0, i) : path;
+}
+
+function dupPhoto(group, im, keep) {
   var fig = dupEl("figure", {"class": "dup-photo" + (im.keeper ? " keeper" : ""), "data-id": im.id,
                              "data-keeper": String(im.keeper)});
   var frame = dupEl("div", {"class": "frame"});
@@ -69,17 +74,23 @@ function dupPhoto(group, im) {
   cap.appendChild(dupEl("span", {"class": im.keeper ? "badge keeper-badge" : "badge extra-badge"},
                         im.keeper ? "keeper" : group.kind === "scene" ? "other photo" : "extra copy"));
   cap.appendChild(dupEl("span", {"class": "path", title: im.path}, " " + baseName(im.path)));
+  cap.appendChild(dupEl("div", {"class": "folder", title: im.path}, dupFolder(im.path)));
   var facts = [(im.width && im.height) ? im.width + "\u00d7" + im.height : "? \u00d7 ?", dupSize(im.bytes),
                im.format || "?"];
   cap.appendChild(dupEl("div", {"class": "facts"}, facts.join(" \u00b7 ")));
   cap.appendChild(dupEl("div", {"class": "facts"}, (im.date ? im.date.replace("T", " ") : "no date") +
                         (im.camera ? " \u00b7 " + im.camera : "")));
   if (im.error) { cap.appendChild(dupEl("div", {"class": "no"}, im.error)); }
+  if (!im.keeper && group.kind !== "scene" && keep) {
+    var button = dupEl("button", {type: "button", "class": "keep-this"}, "Keep this one");
+    button.addEventListener("click", function () { keep(group, im); });
+    cap.appendChild(button);
+  }
   fig.appendChild(cap);
   return fig;
 }
 
-function dupGroup(g) {
+function dupGroup(g, keep) {
   var sec = dupEl("section", {"class": "dup-group kind-" + g.kind, "data-group": g.group, "data-kind": g.kind});
   var head = dupEl("h2");
   var tick = dupEl("input", {type: "checkbox", "class": "dup-select", value: g.group,
@@ -88,9 +99,10 @@ function dupGroup(g) {
   head.appendChild(dupEl("span", {"class": "kind-label kind-" + g.kind}, DUP_KIND_LABEL[g.kind] || g.kind));
   head.appendChild(dupEl("span", null, " group " + g.group + ": " + g.images.length + " photos"));
   sec.appendChild(head);
-  sec.appendChild(dupEl("p", {"class": "meta"}, "keeper: " + baseName(g.keeper_path) + " (" + g.keeper_reason + ")"));
+  sec.appendChild(dupEl("p", {"class": "meta"}, "keeper: " + baseName(g.keeper_path) + " in " +
+                        dupFolder(g.keeper_path) + " (" + g.keeper_reason + ")"));
   var row = dupEl("div", {"class": "dup-photos"});
-  g.images.forEach(function (im) { row.appendChild(dupPhoto(g, im)); });
+  g.images.forEach(function (im) { row.appendChild(dupPhoto(g, im, keep)); });
   sec.appendChild(row);
   return sec;
 }
@@ -101,16 +113,28 @@ function retrievalDuplicatesPage() {
   var ask = document.getElementById("dup-ask-folder"), to = document.getElementById("dup-to");
   var summary = document.getElementById("dup-plan-summary"), lines = document.getElementById("dup-plan-lines");
   var confirmButton = document.getElementById("dup-confirm");
-  var state = {generation: null, groups: [], action: null, body: null};
+  var state = {generation: null, groups: [], action: null, body: null, keepers: {}};
   var body = document.body;
+
+  // the user's keeper of a group (sent with the action: the server acts on the other photos)
+  function keep(group, im) {
+    state.keepers[group.group] = im.id;
+    group.images.forEach(function (other) { other.keeper = other.id === im.id; });
+    group.keeper_path = im.path;
+    group.keeper_reason = "chosen by hand";
+    var old = list.querySelector("section.dup-group[data-group='" + group.group + "']");
+    list.replaceChild(dupGroup(group, keep), old);
+    body.setAttribute("data-kept", String(im.id));
+  }
 
   function load() {
     body.removeAttribute("data-groups");
     return fetch("/api/duplicates", {credentials: "same-origin"}).then(dupJson).then(function (res) {
       state.generation = res.generation;
       state.groups = res.groups;
+      state.keepers = {};
       list.textContent = "";
-      res.groups.forEach(function (g) { list.appendChild(dupGroup(g)); });
+      res.groups.forEach(function (g) { list.appendChild(dupGroup(g, keep)); });
       var n = {exact: 0, near: 0, scene: 0};
       res.groups.forEach(function (g) { n[g.kind] += 1; });
       status.textContent = res.groups.length ? res.groups.length + " groups: " + n.exact + " of exact copies, " +
@@ -125,6 +149,7 @@ function retrievalDuplicatesPage() {
 
   function actionBody(action) {
     var req = {action: action, generation: state.generation};
+    if (Object.keys(state.keepers).length) { req.keepers = state.keepers; }
     var ticked = Array.prototype.map.call(document.querySelectorAll(".dup-select:checked"),
                                           function (c) { return Number(c.value); });
     if (ticked.length) {
