@@ -129,6 +129,7 @@ class Searcher:
                 return self.backend.search(features, query_region_of(features), turned, self._context)
 
             hits = with_rotations(hits, query, self.rows, resolved.k, self.extractor, turned_search)
+        hits = resolved.kept(hits)
         rows = self._rows_of([hit.id for hit in hits])
         out = []
         for hit in hits:   # the backends build new hits for every search: completed in place

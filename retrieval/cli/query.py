@@ -74,6 +74,11 @@ def print_hits(hits, out: Output | bool) -> None:
 @click.option("--qe", "qe", type=click.IntRange(0, None), default=None, metavar="N",
               help="Average query expansion from the N best verified hits (0: off; needs spatial re-ranking) "
                    "[default: the preset's search.query_expansion].")
+@click.option("--min-similarity", type=float, default=None, metavar="S",
+              help="Of the best hits, only those verified or of at least this similarity (0 to 1); nothing above it "
+                   "is said in one line.")
+@click.option("--verified-only", is_flag=True, help="Of the best hits, only those verified (the same object or "
+              "place was found in them; needs spatial re-ranking).")
 @click.option("--exclude-duplicates", is_flag=True,
               help="Drop hits that are exact copies or near duplicates (resized, re-encoded) of the query or of a "
                    "better-ranked hit; photos of the same scene stay.")
@@ -81,7 +86,7 @@ def print_hits(hits, out: Output | bool) -> None:
                 "$RETRIEVAL_DASK_SCHEDULER].")
 @click.pass_context
 def query_cmd(ctx, image, index_dir, bbox, k, out, html_path, method, deprecated_method, alpha, rerank, qe,
-              exclude_duplicates, cluster):
+              min_similarity, verified_only, exclude_duplicates, cluster):
     """Search the index with IMAGE: an indexed image (path or id) or any image file.
 
     The table has a header line; hits are ordered verified first (by inliers), then by similarity, and the score
@@ -95,13 +100,16 @@ def query_cmd(ctx, image, index_dir, bbox, k, out, html_path, method, deprecated
     check_image_file(image)
     idx.use_cluster(open_client(ctx, cluster))
     params = SearchParams(k=3 * k + 5 if exclude_duplicates else k, method=method, rerank=rerank, query_expansion=qe,
-                          alpha=alpha)   # a refused value is worded with its option (cli.groups.flag_of)
-    hits = idx.search(image, bbox=bbox, params=params)
+                          alpha=alpha, min_similarity=min_similarity, verified_only=verified_only)
+    hits = idx.search(image, bbox=bbox, params=params)   # a refused value is worded with its option (flag_of)
     if exclude_duplicates:
         from retrieval.app.duplicates import exclude_duplicates as drop_duplicates
 
         hits, _ = drop_duplicates(idx, image, hits, k)
     print_hits(hits, out)
+    if not hits and (min_similarity is not None or verified_only):
+        cut = "verified" if verified_only else f"verified or of similarity >= {min_similarity:g}"
+        click.echo(f"nothing similar: none of the {k} best hits is {cut}.", err=True)
     if html_path:
         from retrieval.app.gallery import write_gallery
         from retrieval.features import parse_box

@@ -61,6 +61,9 @@ class SearchParams:
         presets); None: the preset's for its own scoring, the scoring's default for another
     shortlist : int or None — images verified; None: the preset's (``search.shortlist``, object:
         ``search.verify_top``)
+    min_similarity : float or None — of the ``k`` best, only the hits verified or of at least this similarity
+        (0 to 1; a verified hit shows the same object whatever its first-stage similarity)
+    verified_only : bool — of the ``k`` best, only the verified hits
     """
 
     k: int = 10
@@ -69,6 +72,8 @@ class SearchParams:
     query_expansion: int | None = None
     alpha: float | None = None
     shortlist: int | None = None
+    min_similarity: float | None = None
+    verified_only: bool = False
 
     def __post_init__(self):
         if not _is_int(self.k) or self.k < 1:
@@ -92,6 +97,13 @@ class SearchParams:
             if not _is_int(self.shortlist) or self.shortlist < 1:
                 raise ParamError("shortlist", self.shortlist, "an integer >= 1 (images verified)")
             object.__setattr__(self, "shortlist", int(self.shortlist))
+        if self.min_similarity is not None:
+            if isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, numbers.Real) \
+                    or not 0 <= self.min_similarity <= 1:
+                raise ParamError("min_similarity", self.min_similarity, "a number from 0 to 1")
+            object.__setattr__(self, "min_similarity", float(self.min_similarity))
+        if not isinstance(self.verified_only, bool):
+            raise ParamError("verified_only", self.verified_only, "true or false")
 
     @classmethod
     def of(cls, params: SearchParams | None = None, **given) -> SearchParams:
@@ -130,8 +142,12 @@ class SearchParams:
             alpha = self.alpha
         else:   # the preset's alpha belongs to its scoring; another scoring gets that scoring's default
             alpha = float(search.alpha if method == search.method else offer.alphas.get(method, 1.0))
+        if self.verified_only and rerank != "spatial":
+            raise ParamError("verified_only", True, f"false with re-ranking {rerank!r} (only spatial re-ranking "
+                                                    f"verifies)")
         return Resolved(k=self.k, method=method, rerank=rerank, query_expansion=n_qe, alpha=alpha,
-                        shortlist=self.shortlist)
+                        shortlist=self.shortlist, min_similarity=self.min_similarity,
+                        verified_only=self.verified_only)
 
 
 @dataclass(frozen=True)
@@ -145,10 +161,22 @@ class Resolved:
     query_expansion: int
     alpha: float | None
     shortlist: int | None
+    min_similarity: float | None = None
+    verified_only: bool = False
+
+    def kept(self, hits: list) -> list:
+        """The hits this search shows: those ``verified_only`` and ``min_similarity`` keep (the ranking is
+        unchanged)."""
+        if self.verified_only:
+            hits = [h for h in hits if h.verified]
+        if self.min_similarity is not None:
+            hits = [h for h in hits if h.verified or h.similarity >= self.min_similarity]
+        return hits
 
     def turned(self, n: int) -> Resolved:
         """The search of a turned query (the sideways fallback): its ``n`` best, all verified, no expansion."""
-        return replace(self, k=int(n), query_expansion=0, shortlist=int(n))
+        return replace(self, k=int(n), query_expansion=0, shortlist=int(n), min_similarity=None,
+                       verified_only=False)
 
 
 @dataclass(frozen=True)

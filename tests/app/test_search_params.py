@@ -96,3 +96,42 @@ def test_a_loaded_searcher_builds_its_verifier_once(tmp_path, pool, preset, monk
     assert built == [], f"searches built {len(built)} Verifier(s)"
     assert idx.searcher() is searcher and searcher.verifier is verifier
     idx.close()
+
+
+def test_min_similarity_and_verified_only_keep_what_they_say(tmp_path, pool):
+    """Of the k best, --min-similarity keeps the verified hits and those of at least that similarity, in their order;
+    --verified-only the verified ones; a query with nothing above the cut-off gets an empty list (the command
+    line then says so in one line)."""
+    idx = Index.create(tmp_path / "idx", "default")
+    idx.sync(pool[:12])
+    row = next(r for r in idx.catalog.rows() if r["status"] == "indexed")
+    every = idx.search(row["id"], k=8)
+    assert any(not h.verified for h in every) and any(h.verified for h in every)
+    cut = sorted(h.similarity for h in every if not h.verified)[-1]   # the best unverified similarity
+    kept = idx.search(row["id"], k=8, min_similarity=cut)
+    assert [h.id for h in kept] == [h.id for h in every if h.verified or h.similarity >= cut]
+    assert [h.id for h in idx.search(row["id"], k=8, verified_only=True)] == [h.id for h in every if h.verified]
+    with pytest.raises(ParamError) as refused:
+        idx.search(row["id"], k=8, verified_only=True, rerank="none")
+    assert refused.value.param == "verified_only"
+    with pytest.raises(ParamError):
+        SearchParams(min_similarity=1.5)
+    idx.close()
+
+
+def test_the_command_line_says_when_nothing_is_similar(tmp_path, pool):
+    from click.testing import CliRunner
+
+    from retrieval.cli.main import main
+
+    idx = Index.create(tmp_path / "idx", "default")
+    idx.sync(pool[:12])
+    idx.close()
+    res = CliRunner().invoke(main, ["query", str(pool[13]), "--index", str(tmp_path / "idx"), "--rerank", "none",
+                                    "--min-similarity", "1"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.strip().splitlines()[-1] == ("nothing similar: none of the 10 best hits is verified or of "
+                                                   "similarity >= 1.")
+    bad = CliRunner().invoke(main, ["query", str(pool[13]), "--index", str(tmp_path / "idx"), "--min-similarity",
+                                    "2"])
+    assert bad.exit_code == 1 and "--min-similarity 2.0: expected a number from 0 to 1" in bad.output
