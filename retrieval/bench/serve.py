@@ -8,6 +8,7 @@ threads send whole-image searches by indexed id over keep-alive HTTP connections
 Every answer is checked against the catalog: its generation must be one that was published (the one before or the
 one after the sync), every hit must be an image of THAT generation with its catalog path (no half-published
 result), and a search sent after the sync finished must answer from the new generation (no stale result). Latency = request sent to answer read, at the client.
+The server is stopped by SIGTERM at the end, and must exit 0 saying so in one line (``server_stop``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _drain(stream, log: Path) -> None:
             fh.flush()
 
 
-def _start_server(index: Path, threads, log: Path) -> tuple[subprocess.Popen, int]:
+def _start_server(index: Path, threads, log: Path) -> tuple[subprocess.Popen, int, threading.Thread]:
     cmd = [sys.executable, "-m", "retrieval.cli", "serve", "--index", str(index), "--port", "0"]
     if threads:
         cmd += ["--threads", str(threads)]
@@ -92,8 +93,23 @@ def _start_server(index: Path, threads, log: Path) -> tuple[subprocess.Popen, in
         raise RuntimeError(f"'retrieval serve' did not start: {line.strip()} {proc.stderr.read()[-500:]}")
     port = int(line.split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     log.write_text(line, encoding="utf-8")
-    threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True).start()
-    return proc, port
+    drain = threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True)
+    drain.start()
+    return proc, port, drain
+
+
+def _stop_server(proc: subprocess.Popen, drain: threading.Thread, log: Path) -> dict:
+    """Stop the server as a service manager does (SIGTERM: it answers the requests in progress, then exits 0 with
+    one line); its exit status and last line (killed after 120 s: -9)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    drain.join(timeout=10)
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return {"exit_status": proc.returncode, "said": lines[-1] if lines else ""}
 
 
 def _search(conn: http.client.HTTPConnection, image_id: int, k: int, rerank: str | None = None) -> tuple[int, dict]:
@@ -145,7 +161,7 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
     order = np.random.default_rng(seed).choice(ids, size=searches, replace=len(ids) < searches)
 
     server_log = workdir / "server.log"
-    server, port = _start_server(run, threads, server_log)
+    server, port, drain = _start_server(run, threads, server_log)
     results: list[tuple] = []
     sync = {}
     try:
@@ -193,8 +209,7 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
         if syncing:
             syncing.join()
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        stop = _stop_server(server, drain, server_log)
     if n_add and sync.get("returncode") != 0:
         raise RuntimeError(f"the concurrent 'retrieval index' failed: {sync.get('stderr')}")
     gen1, rows1 = idx.catalog.snapshot()
@@ -234,5 +249,5 @@ def bench_serve(data_dir, *, workdir, n_images=1000, n_add=100, searches=1000, c
             "latency_ms": pct(lat), "latency_during_sync_ms": pct(during), "search_ms_in_server": pct(service),
             "searches_during_sync": int(len(during)), "searches_per_s": round(len(results) / wall, 2),
             "sync_seconds": round(sync["end"] - sync["start"], 1) if n_add else 0.0,
-            "base_index_seconds": round(build_seconds, 1), "server_log": str(server_log)}
+            "base_index_seconds": round(build_seconds, 1), "server_log": str(server_log), "server_stop": stop}
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import signal
 import socket
+import threading
 
 import click
 
 from retrieval.cli.groups import bench, main
 from retrieval.cli.options import echo_json, index_dir_of, index_option, json_option, workers_option
 from retrieval.cli.scale import cluster_option, open_client
+from retrieval.web.connections import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, MIN_RATE
 
 
 def is_loopback(host: str) -> bool:
@@ -65,18 +69,71 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--max-decode-mb", type=click.FloatRange(0, None, min_open=True), default=None, metavar="MB",
               help="Memory that decoding images may take at once; an image needing more than half of it is refused "
                    "(413), the others wait for room [default: a quarter of the machine's memory, 512 to 4096].")
+@click.option("--header-timeout", type=click.FloatRange(0, None, min_open=True), default=HEADER_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="A request's headers must arrive within this time; otherwise its connection is closed (408).")
+@click.option("--body-timeout", type=click.FloatRange(0, None, min_open=True), default=BODY_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help=f"A request's body must arrive within this time plus one second per {MIN_RATE} bytes received; "
+                   f"otherwise its connection is closed (408).")
+@click.option("--max-connections", type=click.IntRange(1), default=MAX_CONNECTIONS, show_default=True,
+              metavar="N",
+              help="Open connections at most (fewer when file descriptors are short: ulimit -n). Past it a new "
+                   "connection closes the one idle longest, or is refused (503) when every one has a request in "
+                   "progress.")
 @cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
                 "$RETRIEVAL_DASK_SCHEDULER]; they read the index folder at the same path.")
 @click.pass_context
 def serve_cmd(ctx, index_dir, host, port, token, allow_hosts, threads, max_upload_mb, max_megapixels, max_decode_mb,
-              cluster):
+              header_timeout, body_timeout, max_connections, cluster):
     """Serve the index: a web page (browse the photos, draw a box, see the verified results and their matches)
     and a JSON API (OpenAPI page at /docs).
 
     Binds to loopback by default. With --token (or $RETRIEVAL_TOKEN) every request must carry the token; binding to
     any other address without one is refused. Searches read the last published generation; an index updated by
     'retrieval index' meanwhile is picked up without a restart.
+
+    Ctrl-C or SIGTERM stops it: the requests in progress are answered first (a second Ctrl-C stops at once), then
+    one line says so; exit status 130 after Ctrl-C, 0 after SIGTERM.
     """
+    started = []
+    try:
+        with _sigterm_raises():   # until the server takes the signals over
+            stopped = _serve(ctx, index_dir, host, port, token, allow_hosts, threads, max_upload_mb, max_megapixels,
+                             max_decode_mb, header_timeout, body_timeout, max_connections, cluster, started)
+    except (KeyboardInterrupt, Terminated) as exc:   # before the server took the signals over, or after
+        sigint = not isinstance(exc, Terminated)
+        name = "by Ctrl-C (SIGINT)" if sigint else "by SIGTERM"
+        click.echo(f"{chr(10) if sigint else ''}retrieval serve stopped {name} "   # a new line after the ^C
+                   f"{'while starting or stopping' if started else 'before serving'}.", err=True)
+        ctx.exit(128 + signal.SIGINT if sigint else 0)
+    click.echo(("\n" if stopped.signal == signal.SIGINT else "") + stopped.message(), err=True)
+    ctx.exit(stopped.exit_code)
+
+
+class Terminated(BaseException):
+    """SIGTERM before the server took the signals over (raised in the main thread, caught by serve_cmd)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises :class:`Terminated` in the main thread meanwhile (the previous handler restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(ctx, index_dir, host, port, token, allow_hosts, threads, max_upload_mb, max_megapixels, max_decode_mb,
+           header_timeout, body_timeout, max_connections, cluster, started: list):
     if token is not None and not token.strip():
         raise click.ClickException("--token is empty: give a non-empty token (or unset RETRIEVAL_TOKEN).")
     if not is_loopback(host) and not token:
@@ -84,10 +141,9 @@ def serve_cmd(ctx, index_dir, host, port, token, allow_hosts, threads, max_uploa
                                    f"RETRIEVAL_TOKEN); every request must then carry it.")
     index_dir = index_dir_of(index_dir)
     client = open_client(ctx, cluster)   # a wrong address: one line, exit 1, before anything starts
-    import uvicorn
-
     from retrieval.cli.options import verification_cache_mb
     from retrieval.web.app import create_app
+    from retrieval.web.server import serve
     from retrieval.web.service import Service
 
     svc = Service(index_dir, workers=threads, max_upload_bytes=int(max_upload_mb * 1e6),
@@ -101,8 +157,9 @@ def serve_cmd(ctx, index_dir, host, port, token, allow_hosts, threads, max_uploa
                f"{svc.budget.max_bytes >> 20} MB for decoding images"
                f"{', shards searched on the cluster' if client is not None else ''}"
                f"{', token required' if token else ''}; API docs at /docs); Ctrl-C stops", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30))
-    server.run(sockets=[sock])
+    started.append(True)
+    return serve(app, sock, threads=svc.workers, max_connections=max_connections, header_timeout=header_timeout,
+                 body_timeout=body_timeout)
 
 
 @bench.command("serve")
@@ -145,6 +202,9 @@ def bench_serve_cmd(data_dir, n_images, n_add, searches, clients, threads, prese
     if res["errors"] or res["inconsistent"] or res["stale"]:
         raise click.ClickException(f"{res['errors']} errors, {res['inconsistent']} inconsistent and {res['stale']} "
                                    f"stale results; first: {res['first_problem']}")
+    if res["server_stop"]["exit_status"] != 0:
+        raise click.ClickException(f"the server did not stop cleanly on SIGTERM (exit status "
+                                   f"{res['server_stop']['exit_status']}): {res['server_stop']['said']}")
 
 
 def _print_bench(res: dict) -> None:
@@ -162,3 +222,5 @@ def _print_bench(res: dict) -> None:
     g = res["guard_overhead"]
     click.echo(f"  the request guard adds {g['get_page']['added_us']:.0f} us to a page, "
                f"{g['post_same_origin']['added_us']:.0f} us to a same-origin write")
+    click.echo(f"  stopped by SIGTERM: exit status {res['server_stop']['exit_status']}, "
+               f"{res['server_stop']['said']!r}")

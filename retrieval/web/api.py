@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, Field
 
 from retrieval.engine.params import ParamError, SearchParams
 from retrieval.features import parse_box
@@ -21,7 +22,29 @@ from retrieval.web.originals import content_disposition
 from retrieval.web.service import MAX_K, Service
 from retrieval.web.uploads import INCOMING, ApiError, discard, field_error, receive
 
-router = APIRouter(prefix="/api", tags=["api"])
+MAX_ROWS = 2**63 - 1
+"""The largest row count there can be (SQLite's largest integer): a larger ``offset`` is refused (400) rather than
+reaching the catalog (OverflowError). An id past it is simply not found (404, the catalog's answer)."""
+
+
+class ErrorBody(BaseModel):
+    """Every error of the API: one line, and the request's field refused when one is."""
+
+    error: str = Field(description="what went wrong, in one line")
+    field: str | None = Field(None, description="the request field refused, when one is")
+
+
+ERROR_RESPONSES = {
+    "4XX": {"model": ErrorBody, "description": "Refused: 400 bad input, 401 token missing or wrong, 403 cross-site "
+                                               "write, 404 unknown id, 405 method, 409 conflict with the index's "
+                                               "state, 413 too large, 415 not an image, 421 foreign Host"},
+    503: {"model": ErrorBody, "description": "The index is being built by a running 'retrieval index', or is "
+                                             "read-only (changes refused)"},
+    507: {"model": ErrorBody, "description": "No space left on the device of the index; nothing was changed"},
+}
+"""The error answers every route may give (documented in the OpenAPI schema; a 5xx other than these is a bug)."""
+
+router = APIRouter(prefix="/api", tags=["api"], responses=ERROR_RESPONSES)
 
 BOX_HELP = "x1,y1,x2,y2 in pixels of the original image after EXIF rotation"
 
@@ -82,7 +105,8 @@ async def search(request: Request,
                  image: Annotated[UploadFile | None, File(description="an image file (not stored)")] = None,
                  id: Annotated[int | None, Form(description="id of an indexed image")] = None,
                  box: Annotated[str | None, Form(description=BOX_HELP)] = None,
-                 k: Annotated[int, Form(le=MAX_K, description="number of results (1 to 200)")] = 10,
+                 k: Annotated[int, Form(le=MAX_K, description="number of results (1 to 200)",
+                                        json_schema_extra={"minimum": 1})] = 10,
                  rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None):
     """Ranked results: `{generation, query, seconds, hits: [{id, rank, path, score, inliers?, box?, similarity,
     verified, distance?}], sizes: {id: [width, height]}, folders: {id: folder}}` (a hit's folder as GET
@@ -106,7 +130,8 @@ async def search(request: Request,
 def images(request: Request,
            after: Annotated[str | None, Query(description="the 'next' cursor of the previous page")] = None,
            before: Annotated[str | None, Query(description="the 'prev' cursor of the following page")] = None,
-           offset: Annotated[int | None, Query(ge=0, description="rows to skip (instead of a cursor)")] = None,
+           offset: Annotated[int | None, Query(ge=0, le=MAX_ROWS,
+                                               description="rows to skip (instead of a cursor)")] = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 60,
            q: Annotated[str | None, Query(description="only paths containing this (case- and accent-insensitive: "
                                                       "ete finds été)")] = None,
@@ -117,7 +142,9 @@ def images(request: Request,
     `after`, `prev` (null on the first page) as `before`; a page asked by cursor never repeats nor skips an image
     when images are added or removed meanwhile, and costs the same wherever it is. `offset` still works (it
     costs more the further it goes)."""
-    return service_of(request).images(after=after, before=before, offset=offset, limit=limit, q=q, folder=folder)
+    # an empty cursor is no cursor (as a form would send it)
+    return service_of(request).images(after=after or None, before=before or None, offset=offset, limit=limit, q=q,
+                                      folder=folder)
 
 
 @router.get("/folders", summary="The folders of the indexed photos")
@@ -153,7 +180,8 @@ def facts(request: Request, image_id: int):
 
 
 @router.get("/images/{image_id}/original", summary="The original file of a photo, as it is",
-            response_class=FileResponse)
+            response_class=FileResponse,
+            responses={200: {"description": "the file", "content": {"image/*": {}, "application/octet-stream": {}}}})
 def original(request: Request, image_id: int,
              download: Annotated[bool, Query(description="true: as an attachment (a download); false: "
                                                               "shown in the browser")] = False):
@@ -172,9 +200,10 @@ def original(request: Request, image_id: int,
 
 
 @router.get("/images/{image_id}/thumbnail", summary="A JPEG thumbnail (EXIF orientation applied)",
-            response_class=FileResponse)
+            response_class=FileResponse, responses={200: {"description": "a JPEG file", "content": {"image/jpeg": {}}}})
 def thumbnail(request: Request, image_id: int,
-              size: Annotated[str, Query(description="small (320 px) or large (1024 px)")] = "small"):
+              size: Annotated[str, Query(description="small (320 px) or large (1024 px)",
+                                         json_schema_extra={"enum": ["small", "large"]})] = "small"):
     own_pages_only(request, f"the thumbnail of image {image_id}")
     path = service_of(request).thumbnail(image_id, size)
     return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=3600"})

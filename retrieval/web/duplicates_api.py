@@ -12,7 +12,7 @@ import tempfile
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Query, Request, UploadFile
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from retrieval.web.api import checked_upload, done_with, run, service_of
 from retrieval.web.duplicates import parse_kinds
@@ -32,11 +32,12 @@ class DuplicateAction(BaseModel):
     kinds: list[Kind] | None = Field(None, description="kinds of groups acted on (default: exact and near; "
                                                        "link: exact)")
     to: str | None = Field(None, description="absolute folder on the server the files are moved to (move)")
-    groups: list[int] | None = Field(None, description="only these group numbers (needed to act on scene groups)")
+    groups: list[StrictInt] | None = Field(None, description="only these group numbers (needed to act on scene "
+                                                             "groups)")
     confirm: StrictBool = Field(False, description="false: only the plan (nothing changes); true: carry it out")
-    generation: int | None = Field(None, description="the generation of the groups shown (409 when the index "
+    generation: StrictInt | None = Field(None, description="the generation of the groups shown (409 when the index "
                                                      "changed since)")
-    keepers: dict[int, int] | None = Field(None, description="the keeper chosen by the user for some groups: "
+    keepers: dict[int, StrictInt] | None = Field(None, description="the keeper chosen by the user for some groups: "
                                                              "{group number: image id}; the others keep the "
                                                              "suggested one")
 
