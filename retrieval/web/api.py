@@ -107,7 +107,12 @@ async def search(request: Request,
                  box: Annotated[str | None, Form(description=BOX_HELP)] = None,
                  k: Annotated[int, Form(le=MAX_K, description="number of results (1 to 200)",
                                         json_schema_extra={"minimum": 1})] = 10,
-                 rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None):
+                 rerank: Annotated[str | None, Form(description="none or spatial (default: the preset's)")] = None,
+                 min_similarity: Annotated[float | None, Form(
+                     description="of the k best, only the hits verified or of at least this similarity (0 to 1)",
+                     json_schema_extra={"minimum": 0, "maximum": 1})] = None,
+                 verified_only: Annotated[bool, Form(description="of the k best, only the verified hits (needs "
+                                                                 "spatial re-ranking)")] = False):
     """Ranked results: `{generation, query, seconds, hits: [{id, rank, path, score, inliers?, box?, similarity,
     verified, distance?}], sizes: {id: [width, height]}, folders: {id: folder}}` (a hit's folder as GET
     /api/folders names it); a verified hit's `box` is the matched region in its
@@ -116,7 +121,7 @@ async def search(request: Request,
     if (image is None) == (id is None):
         raise ApiError(400, "give either an uploaded 'image' or the 'id' of an indexed image (not both).")
     bbox = parse_box_field(box)
-    params = search_params(k=k, rerank=rerank or None)
+    params = search_params(k=k, rerank=rerank or None, min_similarity=min_similarity, verified_only=verified_only)
     if image is None:
         return await run(svc.pool, svc.search, params, image_id=id, box=bbox)
     checked = await checked_upload(svc, image, tempfile.gettempdir())

@@ -152,6 +152,23 @@ def test_search_by_id_with_a_box_matches_the_library(served):
         assert HIT_KEYS <= set(h) and body["sizes"][str(h["id"])][0] > 0
 
 
+def test_search_filters_keep_what_the_library_keeps(served):
+    """The API's min_similarity and verified_only give the library's lists; a refused value names its field."""
+    _, index, client, _ = served
+    q = ids_by_name(client)["box_in_scene.png"]
+    idx = Index.open(index)
+    for data, fields in (({"verified_only": "true"}, {"verified_only": True}),
+                         ({"min_similarity": "0.5"}, {"min_similarity": 0.5})):
+        r = client.post("/api/search", data={"id": q, "k": 8, **data})
+        assert r.status_code == 200, r.text
+        assert r.json()["hits"] == [h.to_json() for h in idx.search(q, k=8, **fields)]
+    assert all(h["verified"] for h in client.post("/api/search", data={"id": q, "k": 8, "verified_only": "true"}
+                                                  ).json()["hits"])
+    refused = client.post("/api/search", data={"id": q, "verified_only": "true", "rerank": "none"})
+    assert refused.status_code == 400 and refused.json()["field"] == "verified_only", refused.text
+    idx.close()
+
+
 def test_search_by_upload_is_not_stored(served):
     _, index, client, (_, _, paths) = served
     ids = ids_by_name(client)

@@ -220,3 +220,41 @@ canvas.toBlob(function (blob) {{
         assert (after["generation"], after["indexed"]) == (before["generation"], before["indexed"])
     finally:
         httpd.shutdown()
+
+
+def test_the_page_filters_by_similarity_and_says_when_nothing_is_similar(web_base, server, browser, tmp_path):  # noqa: F811
+    """The query page's "verified only" keeps the verified results; a similarity cut-off that nothing reaches (with
+    verification off the list) leaves none, and the status line says so."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser
+    wait = WebDriverWait(d, 120)
+    d.get(server.url + "/")
+    d.find_element(By.CSS_SELECTOR, 'a.tile[data-path$="/box_in_scene.png"]').click()
+    wait.until(lambda drv: drv.find_elements(By.ID, "verified-only"))
+    d.find_element(By.ID, "verified-only").click()
+    d.find_element(By.ID, "search").click()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-results")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    n = int(d.find_element(By.TAG_NAME, "body").get_attribute("data-results"))
+    figures = d.find_elements(By.CSS_SELECTOR, "#results figure")
+    assert n >= 1 and len(figures) == n
+    assert all("verified" in f.get_attribute("class").split() for f in figures), [f.get_attribute("class")
+                                                                                   for f in figures]
+    # a photo unlike any indexed one, uploaded, with a cut-off nothing reaches: no result, and the page says so
+    from PIL import Image
+    from web_support import textured
+
+    noise = tmp_path / "unlike anything.png"
+    Image.fromarray(textured(424242)).save(noise)
+    d.get(server.url + "/query")
+    wait.until(lambda drv: drv.find_elements(By.ID, "upload"))
+    d.find_element(By.ID, "upload").send_keys(str(noise))
+    d.find_element(By.ID, "min-similarity").send_keys("0.99")
+    d.find_element(By.ID, "search").click()
+    wait.until(lambda drv: drv.find_element(By.TAG_NAME, "body").get_attribute("data-results")
+               or drv.find_element(By.TAG_NAME, "body").get_attribute("data-error"))
+    assert d.find_element(By.TAG_NAME, "body").get_attribute("data-results") == "0"
+    assert d.find_element(By.ID, "status").text.startswith("Nothing similar: none of the best results is verified "
+                                                           "or at least 0.99 similar")

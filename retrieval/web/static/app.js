@@ -250,6 +250,10 @@ function retrievalQueryPage() {
     lastBox = state.box ? boxString(state.box) : null;
     if (lastBox) { fd.append("box", lastBox); }
     fd.append("k", document.getElementById("k").value || "10");
+    var minSimilarity = document.getElementById("min-similarity").value;
+    if (minSimilarity) { fd.append("min_similarity", minSimilarity); }
+    var verifiedOnly = document.getElementById("verified-only").checked;
+    if (verifiedOnly) { fd.append("verified_only", "true"); }
     status.textContent = "searching…";
     results.textContent = "";
     hits = []; selected = -1;
@@ -262,8 +266,11 @@ function retrievalQueryPage() {
                                                                     ids: res.hits.map(function (h) { return h.id; })}));
       }
       var nv = res.hits.filter(function (h) { return h.verified; }).length;
-      status.textContent = res.hits.length + " results, " + nv + " verified, in " + res.seconds.toFixed(2) +
-        " s (generation " + res.generation + "); click a result (or j / k, then Enter) for the match view";
+      status.textContent = (!res.hits.length && (minSimilarity || verifiedOnly) ?
+        "Nothing similar: none of the best results is " + (verifiedOnly ? "verified" :
+          "verified or at least " + minSimilarity + " similar") + " (" + res.seconds.toFixed(2) + " s)." :
+        res.hits.length + " results, " + nv + " verified, in " + res.seconds.toFixed(2) +
+        " s (generation " + res.generation + "); click a result (or j / k, then Enter) for the match view");
       document.body.setAttribute("data-results", String(res.hits.length));
     }).catch(function (e) {
       status.textContent = "error: " + e.message;
