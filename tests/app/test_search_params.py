@@ -42,7 +42,7 @@ def test_of_replaces_given_fields_and_refuses_unknown_names():
     assert SearchParams.of(base, k=7, method=None) == SearchParams(k=7, rerank="none")
     assert SearchParams.of(k=3) == SearchParams(k=3)
     with pytest.raises(TypeError, match="unknown search parameter"):
-        SearchParams.of(min_similarity=0.2)
+        SearchParams.of(minimum_similarity=0.2)
 
 
 def test_resolve_checks_against_the_offer_and_fills_the_presets_defaults():
