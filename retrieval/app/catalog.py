@@ -32,6 +32,10 @@ writer.
 ``catalog.backup.db`` (:meth:`Catalog.update_backup`) is kept equal to the catalog after each commit: the same
 changes are applied to it in its own transaction (a full copy only when it is missing, unreadable or not at the
 generation before the commit).
+
+A catalog in a folder this process cannot write (a read-only file system, no permission) is opened read-only
+(``Catalog.read_only``; :func:`retrieval.app.catalog_io.open_read_only`); a write that SQLite refuses is an OSError
+naming the catalog and the real cause (full, read-only, permission, I/O), its transaction rolled back.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ from pathlib import Path
 
 import sqlite_utils
 
+from retrieval.app.catalog_io import open_read_only, storage_error, writes
 from retrieval.app.catalog_rows import CatalogRows  # noqa: F401  (re-exported: the searcher's rows)
+from retrieval.app.read_only import read_only_cause
 from retrieval.core.persistence import crash_point  # crash_point: also used by the application
 
 logger = logging.getLogger(__name__)
@@ -129,28 +135,40 @@ class Catalog:
             raise FileNotFoundError(f"{self.path}: no catalog here (not an index folder; build one with "
                                     f"'retrieval index PHOTO_DIR --index DIR').")
         # one connection per thread (retrieval.app.index.Index); closable from any thread once idle
+        self.read_only = False
         self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), check_same_thread=False))
-        self.db.execute("PRAGMA busy_timeout = 30000;")
-        self.db.execute("PRAGMA recursive_triggers = ON;")   # a row replaced by a conflict fires the delete trigger
-        if create:
-            self.db.enable_wal()
-            self._create_tables()
         try:
+            self.db.execute("PRAGMA busy_timeout = 30000;")
+            self.db.execute("PRAGMA recursive_triggers = ON;")   # a row replaced by a conflict fires the delete trigger
+            if create:
+                self.db.enable_wal()
+                self._create_tables()
             tables = self.db.table_names()
-            fmt = self.get_meta("format") if "meta" in tables else None
-        except sqlite3.OperationalError as exc:   # I/O: a full disk, a file-size limit, permissions
-            raise OSError(f"{self.path}: cannot use the catalog ({exc}); nothing was committed (is the disk full, or "
-                          f"the file size limited?)") from None
+        except sqlite3.OperationalError as exc:   # I/O: a full disk, a file-size limit, permissions, read-only
+            if create or (read_only_cause(self.path.parent) is None and read_only_cause(self.path) is None):
+                raise storage_error(self.path, exc, "opened") from None
+            self.db.close()
+            self.db, tables = open_read_only(self.path, exc)
+            self.read_only = True
         except sqlite3.DatabaseError as exc:      # "file is not a database", "database disk image is malformed"
-            raise ValueError(f"{self.path}: the catalog is damaged ({exc}); 'retrieval check --repair --index "
-                             f"{self.path.parent}' restores the copy taken after the last commit.") from None
+            raise self._damaged(exc) from None
+        try:
+            fmt = self.get_meta("format") if "meta" in tables else None
+        except sqlite3.OperationalError as exc:
+            raise storage_error(self.path, exc, "read") from None
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
         if "meta" not in tables:
             raise ValueError(f"{self.path}: not a retrieval catalog (no 'meta' table).")
         if fmt != {"name": CATALOG_FORMAT, "version": CATALOG_FORMAT_VERSION}:
             raise ValueError(f"{self.path}: catalog format {fmt!r}; this library reads "
                              f"{CATALOG_FORMAT!r} version {CATALOG_FORMAT_VERSION}.")
-        if "counts" not in tables or not self._has_status_index():
+        if ("counts" not in tables or not self._has_status_index()) and not self.read_only:
             self._add_counts()
+
+    def _damaged(self, exc) -> ValueError:
+        return ValueError(f"{self.path}: the catalog is damaged ({exc}); 'retrieval check --repair --index "
+                          f"{self.path.parent}' restores the copy taken after the last commit.")
 
     # ------------------------------------------------------------------ schema
     def _create_tables(self) -> None:
@@ -210,6 +228,7 @@ class Catalog:
         value = self._meta_raw(key)
         return default if value is None else value
 
+    @writes
     def set_meta(self, **values) -> None:
         """Store JSON values in one transaction."""
         with self.db.atomic():
@@ -384,6 +403,7 @@ class Catalog:
         return [dict(r) for r in self.db.query("SELECT * FROM runs ORDER BY id")]
 
     # ------------------------------------------------------------------ runs
+    @writes
     def start_run(self, source: str) -> int:
         """Record the start of a sync; earlier runs still marked ``running`` become ``interrupted``."""
         with self.db.atomic():
@@ -392,6 +412,7 @@ class Catalog:
                                   [_now(), source])
             return int(cur.lastrowid)
 
+    @writes
     def end_running_runs(self, status: str) -> None:
         """Close the runs still marked ``running`` with ``status`` (``failed``: an error stopped the sync before
         its commit)."""
@@ -399,6 +420,7 @@ class Catalog:
             self.db.execute("UPDATE runs SET status = ?, finished = ? WHERE status = 'running'", [status, _now()])
 
     # ------------------------------------------------------------------ the commit of a sync
+    @writes
     def commit_sync(self, *, run_id: int, generation: int, next_id: int, upserts: Iterable[dict],
                     deletes: Iterable[int], moves: Iterable[tuple[int, str, float]], stats: dict,
                     extra_meta: dict | None = None) -> None:
@@ -443,6 +465,7 @@ class Catalog:
             cols = ", ".join(f"{c} = ?" for c in vals)
             self.db.execute(f"UPDATE runs SET {cols} WHERE id = ?", [*vals.values(), int(run_id)])
 
+    @writes
     def finish_run(self, run_id: int, *, stats: dict, extra_meta: dict | None = None) -> None:
         """Close run ``run_id`` as ``done`` with its counts (and ``extra_meta``) without a new generation: a sync
         that changed nothing."""

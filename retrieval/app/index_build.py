@@ -11,18 +11,25 @@ A writer is built from the parts it needs (the index folder, a catalog connectio
 extractor), never from :class:`retrieval.app.index.Index`; ``on_change`` is told when the model changes under the
 searchers (an imported model, a repair), so that the next search loads them again.
 
-Crash safety, step by step: features go to the feature store one complete entry at a time (crash point
-``extract``), the model is trained and written to ``model.tmp/`` then renamed into ``model/`` (``train``: trained,
-not yet saved), the new images are encoded (``encode``: half of them), and the new generation is made durable by
-the publish. What a write changes is found first by reading only (:mod:`retrieval.app.write_plan`); the model of a
-first sync is the generic one or trained (:mod:`retrieval.app.write_model`).
+Crash safety, step by step: the committed generation is loaded (a damaged one is refused before anything is
+written) and only then are the leftovers of an interrupted writer removed; features go to the feature store one
+complete entry at a time (crash point ``extract``), the model is trained and written to ``model.tmp/`` then
+installed as ``model/`` with its verified copy ``model.backup/`` (``train``: trained, not yet saved; ``model``: the
+copy in place, not the model), the new images are encoded (``encode``: half of them), and the new generation is
+made durable by the publish. What a write changes is found first by reading only (:mod:`retrieval.app.write_plan`);
+the model of a first sync is the generic one or trained (:mod:`retrieval.app.write_model`).
+
+Faults: a write either completes or leaves nothing. Before the commit, an error (a full disk, a read-only file
+system, no permission, an I/O error) is raised after the publish has removed what it wrote; the catalog rows and
+the generation are untouched (the model a failed first sync installed is taken back). After the commit nothing is
+raised: the removal of old generations, the catalog copy, the duplicate codes and the compacted features are logged
+when they fail. A read-only index refuses every write at once (:class:`retrieval.app.read_only.IndexReadOnly`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -30,13 +37,18 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.app import index_roots
+from retrieval.app import index_roots, model_repair
 from retrieval.app.catalog import CatalogChanges
 from retrieval.app.duplicates.codes import keep_codes
 from retrieval.app.index_support import LazyFeatures, SyncReport, image_meta, progress_callback
-from retrieval.app.integrity import exact_features_again
 from retrieval.app.store_forms import check_compact_features, compact_added, convert_store
-from retrieval.app.write_model import train_model, training_paths, use_generic_model
+from retrieval.app.write_model import (
+    model_record,
+    train_model,
+    training_paths,
+    training_record,
+    use_generic_model,
+)
 from retrieval.app.write_plan import Plan, given_files, plan_add, plan_sync
 from retrieval.core.checks import ParamError
 from retrieval.core.persistence import crash_point
@@ -89,12 +101,16 @@ class Writer:
     @contextmanager
     def _locked_run(self):
         """The writer lock for one operation that records a run; a failure marks the run ``failed`` (nothing was
-        committed: the run must not stay ``running``) and is raised again."""
+        committed: the run must not stay ``running``) and is raised again -- itself, even when the run cannot be
+        marked (a full disk: the next run marks it ``interrupted``)."""
         with self.folder.writer_lock():
             try:
                 yield
             except Exception:
-                self.catalog.end_running_runs("failed")
+                try:
+                    self.catalog.end_running_runs("failed")
+                except OSError as exc:
+                    logger.warning("%s: the failed run could not be marked failed (%s)", self.folder.path, exc)
                 raise
 
     # ------------------------------------------------------------------ followed and excluded paths
@@ -120,9 +136,20 @@ class Writer:
         return new
 
     def import_model(self, src) -> None:
-        """Use the trained model of another index (its folder or its ``model/``) instead of training."""
+        """Use the trained model of another index (its folder or its ``model/``) instead of training: only before
+        the first generation (a generation is encoded with the model it was published with). The model and its
+        verified copy are installed, then the catalog records it; when the record cannot be written, the model is
+        taken back (nothing is kept)."""
         with self.folder.writer_lock():
-            self.catalog.set_meta(model=self.folder.import_model(Path(src)))
+            if self.catalog.generation():
+                raise ValueError(f"{self.folder.path}: the index has generations encoded with its own model; "
+                                 f"index the photos into a new folder with '--model {src}'.")
+            meta = self.folder.import_model(Path(src))
+            try:
+                self.catalog.set_meta(model=meta)
+            except BaseException:
+                self.folder.remove_model()
+                raise
         self.on_change()
 
     # ------------------------------------------------------------------ sync and add
@@ -163,10 +190,12 @@ class Writer:
                          t0=t0)
         return self._apply(plan, report, workers, progress, cluster, retrain)
 
-    def add(self, paths, *, root=None, workers: int | None = 1, progress: bool = False) -> SyncReport:
+    def add(self, paths, *, root=None, workers: int | None = 1, progress: bool = False, include=()) -> SyncReport:
         """Index the image files ``paths`` (new or changed) without walking the followed folders nor reading every
         catalog row: the cost is what is added (:func:`retrieval.app.write_plan.plan_add`); ``root``: a folder to
-        follow from now on (the server's uploads folder). Before any model exists, this is a sync of ``paths``."""
+        follow from now on (the server's uploads folder). The paths added, and ``include`` (paths to take back
+        from the excluded ones), are no longer excluded from syncs -- in the same commit, so that a failed add
+        changes nothing. Before any model exists, this is a sync of ``paths``."""
         with self._locked_run():
             t0 = time.perf_counter()
             files = given_files(paths)
@@ -178,13 +207,35 @@ class Writer:
                 new_roots = roots if root in roots else [*roots, root]
             report = SyncReport()
             plan = plan_add(self.catalog, files, new_roots, report=report, t0=t0)
+            back = set(files) | {os.path.abspath(os.path.expanduser(str(p))) for p in include}
+            excluded = self.excluded
+            if back.intersection(excluded):
+                plan.extra_meta["excluded"] = [p for p in excluded if p not in back]
             return self._apply(plan, report, workers, progress, None, False)
 
     def _apply(self, plan: Plan, report: SyncReport, workers, progress, cluster, retrain) -> SyncReport:
-        """Steps 2 to 7 of a sync (module docstring) for the changes of ``plan``."""
+        """Steps 2 to 7 of a sync (module docstring) for the changes of ``plan``. A failure before the commit
+        leaves nothing: the generation and catalog rows are untouched (:meth:`IndexFolder.publish
+        <retrieval.app.folder.IndexFolder.publish>`), and the model a first sync installed is taken back."""
+        had_model = (self.folder.model_dir / "model.json").exists()
+        try:
+            return self._apply_steps(plan, report, workers, progress, cluster, retrain)
+        except BaseException:
+            if not plan.gen and not had_model and self.folder.committed_generation(self.catalog) == 0:
+                self.folder.remove_model()   # installed by this first sync, referenced by nothing
+            raise
+
+    def _apply_steps(self, plan: Plan, report: SyncReport, workers, progress, cluster, retrain) -> SyncReport:
         gen, rows, to_add, hashes, stats = plan.gen, plan.rows, plan.to_add, plan.hashes, plan.stats
         deletes, moves, touched, changed, roots = plan.deletes, plan.moves, plan.touched, plan.changed, plan.roots
         next_id, t_stage = plan.next_id, plan.t_stage
+        extra_meta = dict(plan.extra_meta)
+        if roots is not None:
+            extra_meta["roots"] = roots
+        # the committed generation loads intact before anything is written (a damaged one is refused: building on
+        # an older state would lose what the catalog says is indexed); then the leftovers of an interrupted writer
+        backend = self.folder.load_backend(gen, fallback=False)
+        self.folder.clear_leftovers(gen)
         # 2. features (feature store: complete entries only; resumable)
         store, key = self.store, self.extractor.config_key
         need = [p for p in to_add if not store.has_full(hashes[p], key)]   # the encoders read the exact features
@@ -197,20 +248,25 @@ class Writer:
         t_stage = time.perf_counter()
         if gen and not (to_add or deletes or moves or touched or retrain):   # only the run is recorded
             self.catalog.finish_run(plan.run_id, stats={"added": 0, "changed": 0, "moved": 0, "removed": 0,
-                                                        "errors": len(report.errors)},
-                                    extra_meta=None if roots is None else {"roots": roots})
+                                                        "errors": len(report.errors)}, extra_meta=extra_meta or None)
             report.generation = gen
             report.seconds = time.perf_counter() - plan.t0
             logger.info("sync: nothing changed (%d unchanged, %.1f s)", report.unchanged, report.seconds)
             return report
-        self.folder.cleanup(keep=[gen])   # leftovers of an interrupted writer, older generations
-        # 3. the model
-        backend = self.folder.load_backend(gen, fallback=False)
+        # 3. the model (its catalog record committed with the generation)
         if not backend.trained:
-            if not use_generic_model(self.catalog, self.folder, self.preset, rows, to_add, failed):
-                train_model(self, backend, training_paths(self.catalog, backend.config, rows, to_add, failed, hashes),
-                            progress, workers, report)
+            installed = use_generic_model(self.catalog, self.folder, self.preset, rows, to_add, failed)
+            if installed is None:
+                installed = train_model(self, backend, training_paths(self.catalog, backend.config, rows, to_add,
+                                                                      failed, hashes), progress, workers, report)
+            extra_meta["model"] = installed
             backend = self.folder.load_backend(gen, fallback=False)
+        elif not gen and self.catalog.get_meta("model") is None:   # installed by a first sync killed before its commit
+            extra_meta["model"] = model_record(self.folder.model_dir)
+        if not gen and backend.trained:
+            training = training_record(self.folder.model_dir)
+            if training is not None:
+                extra_meta["model_training"] = training
         backend.remove(deletes)
         if retrain and not backend.plan_compaction(merge_all=True, retrain=True):
             raise ParamError("retrain", True, template="{retrain}: preset {preset!r} has no trained part kept with the "
@@ -248,23 +304,29 @@ class Writer:
         compacted = compact_added(self, [hashes[p] for p in add_paths], rows)
         report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
-        # 5. the new generation, then ONE catalog transaction (IndexFolder.publish)
+        # 5. the new generation, then ONE catalog transaction (IndexFolder.publish; nothing raises after its commit)
         stats_row = {"added": report.added, "changed": report.changed, "moved": report.moved,
                      "removed": report.removed, "errors": len(report.errors)}
         new_gen = self.folder.publish(self.catalog, backend, CatalogChanges(
             run_id=plan.run_id, next_id=next_id, upserts=new_rows, deletes=deletes, moves=moves + touched,
-            stats=stats_row, extra_meta=None if roots is None else {"roots": roots}), after=gen)
+            stats=stats_row, extra_meta=extra_meta or None), after=gen)
         report.generation = new_gen
         report.stage_seconds["commit"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
-        # 6. the duplicate finder's codes of the photos added (retrieval.app.duplicates.codes; a cache)
+        # 6. the duplicate finder's codes of the photos added (retrieval.app.duplicates.codes; a cache) and 7. the
+        # full features of the photos compacted (a store given at creation keeps them): the photos are committed,
+        # so a failure here is logged, never raised
         try:
             keep_codes(self.folder.path, store, key, [hashes[p] for p in add_paths])
-        except OSError as exc:   # a cache: the duplicates run encodes what is missing
+        except Exception as exc:  # noqa: BLE001 - a cache: the duplicates run encodes what is missing
             logger.warning("%s: the duplicate codes of the photos added were not kept (%s); 'retrieval duplicates' "
                            "will compute them", self.folder.path, exc)
-        if compacted and self.owns_store:   # 7. the full features of the photos compacted (a store given at
-            store.drop_full(key, compacted)   # creation keeps them)
+        if compacted and self.owns_store:
+            try:
+                store.drop_full(key, compacted)
+            except Exception as exc:  # noqa: BLE001 - the photos are committed; the full features stay
+                logger.warning("%s: the full features of the photos compacted were not dropped (%s); 'retrieval "
+                               "compact' drops them", self.folder.path, exc)
         report.stage_seconds["codes"] = round(time.perf_counter() - t_stage, 3)
         report.seconds = time.perf_counter() - plan.t0
         logger.info("sync: %d added, %d changed, %d moved, %d removed, %d unchanged, %d errors (%.1f s)",
@@ -273,10 +335,11 @@ class Writer:
         return report
 
     # ------------------------------------------------------------------ remove
-    def remove(self, paths) -> int:
+    def remove(self, paths, *, exclude=()) -> int:
         """Drop images (paths or ids) from the index; returns how many were removed. Files are not touched; the
-        paths are excluded from later syncs (:meth:`include` takes them back)."""
-        with self.folder.writer_lock():
+        paths are excluded from later syncs (:meth:`include` takes them back), and so are the paths ``exclude``
+        (files that are not indexed: duplicates moved into a followed folder), in the same commit."""
+        with self._locked_run():
             gen = self.catalog.generation()   # under the writer lock: no other commit until this one
             ids, gone = [], []
             for p in paths:   # each looked up by id, then by path (the catalog's indexes)
@@ -289,12 +352,14 @@ class Writer:
                 gone.append(r["path"])
             if not ids:
                 return 0
+            backend = self.folder.load_backend(gen, fallback=False)   # intact before anything is changed
+            self.folder.clear_leftovers(gen)
             run_id = self.catalog.start_run(f"remove {len(ids)}")
-            backend = self.folder.load_backend(gen, fallback=False)
             backend.remove(ids)
             self.folder.publish(self.catalog, backend, CatalogChanges(
                 run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0)), deletes=ids,
-                stats={"removed": len(ids)}, extra_meta={"excluded": sorted(set(self.excluded) | set(gone))}),
+                stats={"removed": len(ids)}, extra_meta={"excluded": sorted(set(self.excluded) | set(gone) | {
+                    os.path.abspath(os.path.expanduser(str(p))) for p in exclude})}),
                 after=gen)
             return len(ids)
 
@@ -314,9 +379,9 @@ class Writer:
                    "features": {"compact": 0, "full_dropped": 0}}
             if not gen:
                 return out
+            backend = self.folder.load_backend(gen, fallback=False)   # intact before anything is changed
+            self.folder.clear_leftovers(gen)
             out["features"] = convert_store(self)
-            self.folder.cleanup(keep=[gen])
-            backend = self.folder.load_backend(gen, fallback=False)
             info = backend.segment_info()
             if info is None or not backend.plan_compaction(merge_all=True, retrain=retrain):
                 return out
@@ -330,51 +395,12 @@ class Writer:
 
     # ------------------------------------------------------------------ repair
     def repair(self, report: dict) -> dict:
-        """``check --repair`` after :func:`retrieval.app.integrity.check_index` gave ``report``: damaged older
-        generations removed, and a damaged or missing committed generation rebuilt from the model and the feature
-        store (no feature re-extracted unless only its compact form is left and the file is there), published like
-        any other generation. Returns ``{"repaired": [...], "could_not": [...]}``."""
-        out = {"repaired": [], "could_not": []}
-        if report["catalog"] != "ok":
-            out["could_not"].append(f"the catalog is damaged ({report['catalog']}): rebuild the index "
-                                    f"('retrieval index PHOTO_DIR' into a new folder)")
-            return out
-        if report["model"]:
-            out["could_not"].append(f"the model is damaged ({report['model'][0]}): rebuild the index")
-            return out
-        with self.folder.writer_lock():
-            gen, rows = self.catalog.snapshot()
-            for g, problems in report["generations"].items():
-                if g != gen and problems:   # a damaged fallback: of no use, removed
-                    shutil.rmtree(self.folder.gen_dir(g), ignore_errors=True)
-                    out["repaired"].append(f"removed the damaged older generation {g} ({problems[0]})")
-            if not gen or not report["generations"].get(gen):
-                return out
-            indexed = [r for r in rows if r["status"] == "indexed"]
-            store, key = self.store, self.extractor.config_key
-            missing = [r["path"] for r in indexed if (r["hash"], key) not in store]
-            if missing:
-                out["could_not"].append(f"{len(missing)} images have no features in the store (first: "
-                                        f"{missing[0]}): run 'retrieval index' to extract them again")
-                return out
-            approximate = exact_features_again(store, self.extractor, indexed)
-            backend = self.folder.new_backend()
-            self.folder.load_model_into(backend)
-            backend.load_state(None)
-            backend.add(np.asarray([r["id"] for r in indexed], np.int64),
-                        LazyFeatures(store, key, [r["hash"] for r in indexed]))
-            if self.owns_store:
-                store.drop_full(key, [r["hash"] for r in indexed])
-            if approximate:
-                out["repaired"].append(f"{approximate} images whose file is gone or changed were encoded from "
-                                       f"their compact features (docs/formats.md)")
-            run_id = self.catalog.start_run("check --repair")
-            new_gen = self.folder.publish(self.catalog, backend, CatalogChanges(
-                run_id=run_id, next_id=int(self.catalog.get_meta("next_id", 0))), after=gen, keep_previous=False)
-        self.on_change()
-        out["repaired"].append(f"generation {gen} ({report['generations'][gen][0]}) rebuilt from the model and the "
-                               f"feature store as generation {new_gen} ({len(indexed)} images)")
-        return out
+        """``check --repair`` after :func:`retrieval.app.integrity.check_index` gave ``report``: a damaged model
+        restored from its verified copy (or made again), a damaged or missing committed generation rebuilt from the
+        model and the feature store and published like any other, damaged older generations removed once the
+        committed one loads intact (:func:`retrieval.app.model_repair.repair`). Returns ``{"repaired": [...],
+        "could_not": [...]}``."""
+        return model_repair.repair(self, report)
 
     # ------------------------------------------------------------------ steps
     def extract(self, paths, hashes, workers, progress, report, cluster=None) -> None:

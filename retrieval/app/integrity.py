@@ -1,11 +1,13 @@
 """Integrity of an index folder: manifests, damage detection, fallback and repair.
 
-Every published generation (``gens/NNNNNNNN/``) and the model folder (``model/``) carry ``manifest.json``: the size
-and BLAKE2b checksum of each of their files. Opening a generation checks the sizes (cheap); ``retrieval check``
-checks the checksums too, and SQLite's ``integrity_check`` of the catalog. A damaged committed generation is
-refused with one line naming the file, and searches fall back to the newest intact older generation (with a
-warning). ``retrieval check --repair`` rebuilds the committed generation from the model and the feature store
-(no feature is re-extracted) and says what it could not rebuild.
+Every published generation (``gens/NNNNNNNN/``), segment (``segments/<name>/``), the model folder (``model/``) and its
+verified copy (``model.backup/``) carry ``manifest.json``: the size and BLAKE2b checksum of each of their files.
+Opening a generation checks the sizes (cheap); ``retrieval check`` checks the checksums too, and SQLite's
+``integrity_check`` of the catalog. A damaged committed generation is refused with one line naming the file, and
+searches fall back to the newest intact older generation (with a warning). ``retrieval check --repair`` restores the
+catalog from ``catalog.backup.db`` and the model from ``model.backup/`` (or makes it again:
+:mod:`retrieval.app.model_repair`), rebuilds the committed generation from the model and the feature store (no
+feature is re-extracted) and says what it could not rebuild.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class DamagedError(ValueError):
         self.path = str(path)
         self.reason = reason
 
+
+NO_COPY_YET = "missing ('retrieval check --repair' makes it from the model)"
+"""The note of an index made before models had a verified copy: ``check`` notes it, it is not damage."""
 
 def _checksum(path: Path) -> str:
     h = hashlib.blake2b(digest_size=16)
@@ -81,26 +86,79 @@ def check_folder(folder, *, checksums: bool = False) -> list[DamagedError]:
 
 
 def check_index(idx, *, checksums: bool = True) -> dict:
-    """``retrieval check``: the catalog (SQLite ``integrity_check``), the model folder and every generation on
-    disk against their manifests. Returns ``{"catalog": "ok" or the problem, "model": [problems], "generations":
-    {gen: [problems]}, "committed": gen, "ok": bool}`` (problems as one-line strings naming the file)."""
+    """``retrieval check``: the catalog (SQLite ``integrity_check``), the model folder, its copy and every
+    generation on disk against their manifests. Returns ``{"catalog": "ok" or the problem, "model": [problems],
+    "model_backup": [problems], "generations": {gen: [problems]}, "committed": gen, "ok": bool}`` (problems as
+    one-line strings naming the file). Reads only: a read-only index is checked like any other."""
     rows = [tuple(r) for r in idx.catalog.db.execute("PRAGMA integrity_check").fetchall()]
     catalog = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
     folder = idx.folder
+    committed = idx.catalog.generation()
     model = [str(p) for p in check_folder(folder.model_dir, checksums=checksums)]
+    if not model and (committed or (folder.model_dir / MANIFEST).exists()) and \
+            not (folder.model_dir / "model.json").is_file():
+        model = [f"{folder.model_dir / 'model.json'}: missing"]
+    want_id = (idx.catalog.get_meta("model") or {}).get("id")
+    backup = folder.model_copy_problems(checksums=checksums, want_id=want_id)
     gens = {g: [str(x) for x in folder.generation_problems(g, checksums=checksums)]
             for g in folder.generations_on_disk()}
-    committed = idx.catalog.generation()
     if committed and committed not in gens:
         gens[committed] = [f"{folder.gen_dir(committed)}: missing"]
-    ok = catalog == "ok" and not model and not any(gens.values())
-    return {"catalog": catalog, "model": model, "generations": gens, "committed": committed, "ok": ok}
+    catalog_copy = catalog_backup_problems(folder.path, committed)
+    damaged_copy = [p for p in catalog_copy if not p.endswith(STALE)]   # a stale copy is noted, not damage
+    damaged_backup = [p for p in backup if not p.endswith(NO_COPY_YET)]   # an index made before the copy existed
+    ok = catalog == "ok" and not model and not damaged_backup and not damaged_copy and not any(gens.values())
+    return {"catalog": catalog, "catalog_backup": catalog_copy, "model": model, "model_backup": backup,
+            "generations": gens, "committed": committed, "ok": ok}
+
+
+def _read_catalog(path, query: str):
+    """The rows of ``query`` on the SQLite file ``path`` opened read-only (as an immutable file when its folder
+    cannot be written); sqlite3.DatabaseError when it is not a readable database."""
+    import sqlite3
+
+    path = Path(path)
+    for uri in (f"{path.resolve().as_uri()}?mode=ro", f"{path.resolve().as_uri()}?immutable=1"):
+        try:
+            con = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error:
+            continue
+        try:
+            return con.execute(query).fetchall()
+        except sqlite3.OperationalError:
+            continue
+        finally:
+            con.close()
+    raise sqlite3.DatabaseError(f"{path}: cannot be opened")
+
+
+STALE = "(check --repair makes it again)"
+
+
+def catalog_backup_problems(index_path, committed: int) -> list[str]:
+    """Problems of ``catalog.backup.db`` (one line each): missing (once a generation is committed), not a sound
+    database, or stale (not at the ``committed`` generation: a write was stopped between its commit and the copy's
+    update; not damage, but ``check --repair`` makes it again, as the next publish does)."""
+    import sqlite3
+
+    path = Path(index_path) / CATALOG_BACKUP
+    if not path.exists():
+        return [f"{path}: missing"] if committed else []
+    try:
+        if _read_catalog(path, "PRAGMA integrity_check") != [("ok",)]:
+            return [f"{path}: damaged (SQLite integrity_check)"]
+        row = _read_catalog(path, "SELECT value FROM meta WHERE key = 'generation'")
+        have = int(json.loads(row[0][0])) if row else None
+    except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
+        return [f"{path}: damaged ({exc})"]
+    return [] if have == committed else [f"{path}: stale (generation {have}, the catalog is at {committed}) {STALE}"]
 
 
 def repair_index(idx) -> dict:
     """``retrieval check --repair``: :func:`check_index`, then :meth:`Writer.repair
-    <retrieval.app.index_build.Writer.repair>` (a damaged or missing committed generation rebuilt from the model and
-    the feature store, damaged older generations removed). Returns ``{"repaired": [...], "could_not": [...]}``."""
+    <retrieval.app.index_build.Writer.repair>` (the model restored from its copy or made again, a damaged or missing
+    committed generation rebuilt from the model and the feature store, damaged older generations removed). Returns
+    ``{"repaired": [...], "could_not": [...]}``."""
     return idx.writer().repair(check_index(idx))
 
 

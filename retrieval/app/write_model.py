@@ -1,14 +1,21 @@
 """The model of a first sync: the generic model of the preset when the index's policy takes it
 (:mod:`retrieval.app.generic_models`), else one trained on a seeded sample of the collection (or on the
-``train_images`` given at creation), written to ``model.tmp/`` and renamed into ``model/``
-(:meth:`IndexFolder.write_model <retrieval.app.folder.IndexFolder.write_model>`). Used by
+``train_images`` given at creation), written to ``model.tmp/`` and installed as ``model/`` with its verified copy
+``model.backup/`` (:meth:`IndexFolder.write_model <retrieval.app.folder.IndexFolder.write_model>`). Used by
 :class:`retrieval.app.index_build.Writer` only, under the writer lock.
+
+The catalog's ``model`` record is committed with the first generation (:func:`model_record`), so that a first
+sync that fails before its commit leaves no record; a trained model also records the content hashes of its
+training images, in their order (``model/training.json`` and the catalog's ``model_training``): with the seed of the
+preset they are what ``check --repair`` needs to learn the same model again (:mod:`retrieval.app.model_repair`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from pathlib import Path
 
 import numpy as np
 
@@ -22,27 +29,30 @@ from retrieval.features.store import file_hash
 logger = logging.getLogger("retrieval.app.index")
 
 
-def use_generic_model(catalog, folder, preset: dict, rows, to_add, failed) -> bool:
-    """Import the generic model when the index's training policy asks for it; True when it did (the caller
-    then loads it instead of training)."""
+TRAINING = "training.json"
+"""The file of a trained model folder that lists the content hashes of its training images, in their order."""
+
+
+def use_generic_model(catalog, folder, preset: dict, rows, to_add, failed) -> dict | None:
+    """Import the generic model when the index's training policy asks for it; its catalog record when it did (the
+    caller then loads it instead of training, and commits the record with the generation), else None."""
     policy = catalog.get_meta("train_on") or "collection"   # indexes made before the policy existed
     if policy == "collection" or catalog.get_meta("train_images"):
-        return False
+        return None
     info = provenance(preset)
     if info is None:
         if policy == "generic":
             raise ParamError("train_on", policy, template="no generic model for preset {preset!r} as configured "
                              "(none was built, or its model-shaping keys differ from the built model's); use "
                              "{train_on} collection.", preset=preset["name"])
-        return False
+        return None
     n = sum(r[STATUS] == "indexed" for r in rows) + sum(p not in failed for p in to_add)   # rows: Catalog.scan
     if policy == "auto" and n >= int(info["use_below"]):
-        return False
+        return None
     meta = folder.import_model(generic_model(preset))
-    catalog.set_meta(model={**meta, "generic": True, "imported": f"generic model of preset {preset['name']!r}"})
     logger.info("model: the generic model of preset %r (trained on %s), the collection having %d images",
                 preset["name"], info["trained_on"], n)
-    return True
+    return {**meta, "generic": True, "imported": f"generic model of preset {preset['name']!r}"}
 
 
 def training_paths(catalog, config, rows, to_add, failed, hashes) -> list[tuple[str, str]]:
@@ -63,9 +73,10 @@ def training_paths(catalog, config, rows, to_add, failed, hashes) -> list[tuple[
     return [(pool[order[i]], order[i]) for i in pick]
 
 
-def train_model(writer, backend, train_paths, progress, workers, report) -> None:
+def train_model(writer, backend, train_paths, progress, workers, report) -> dict:
     """Train ``backend``'s model on ``train_paths`` (extracted first by ``writer`` when missing from its store)
-    and write it to ``model/`` (through ``model.tmp/``); the catalog's ``model`` record follows."""
+    and install it as ``model/`` (through ``model.tmp/``); returns the catalog's ``model`` record, committed with
+    the generation."""
     store, key, preset = writer.store, writer.extractor.config_key, writer.preset
     need = [p for p, h in train_paths if (h, key) not in store]
     writer.extract(need, dict(train_paths), workers, progress, report)
@@ -77,9 +88,26 @@ def train_model(writer, backend, train_paths, progress, workers, report) -> None
     crash_point("train")
     info = {"preset": preset["name"], "preset_version": preset["version"], "id": uuid.uuid4().hex[:12],
             "trained_on": len(ok)}
-    writer.folder.write_model(backend, info)
-    meta = {"id": info["id"], "trained_on": len(ok)}
-    if backend.effective:
-        meta["effective"] = dict(backend.effective)
-    writer.catalog.set_meta(model=meta)
+    writer.folder.write_model(backend, info, training=[h for _, h in ok])
     report.trained = True
+    return model_record(writer.folder.model_dir)
+
+
+def model_record(model_dir) -> dict:
+    """The catalog's ``model`` record of the installed model folder ``model_dir``: its ``id``, ``trained_on`` and
+    ``effective`` (the preset parameters reduced to fit its training set)."""
+    info = json.loads((Path(model_dir) / "model.json").read_text("utf-8"))
+    meta = {"id": info["id"], "trained_on": info.get("trained_on")}
+    if info.get("effective"):
+        meta["effective"] = dict(info["effective"])
+    return meta
+
+
+def training_record(model_dir) -> dict | None:
+    """``{"model_id", "hashes"}``: the training images of the installed model folder ``model_dir``
+    (:data:`TRAINING`), or None (an imported or generic model, or one trained before this record existed)."""
+    try:
+        hashes = json.loads((Path(model_dir) / TRAINING).read_text("utf-8"))["hashes"]
+        return {"model_id": model_record(model_dir)["id"], "hashes": [str(h) for h in hashes]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

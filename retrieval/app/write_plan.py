@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from retrieval.app.index_support import SyncReport, file_stat, progress_callback
 from retrieval.core.checks import ParamError
@@ -38,6 +38,7 @@ class Plan:
     roots: list | None
     t0: float
     t_stage: float
+    extra_meta: dict = field(default_factory=dict)   # more catalog meta committed with the changes
 
 
 def unchanged_counts(files: list, walked: dict, rows: list) -> tuple[int, int] | None:

@@ -204,6 +204,8 @@ def check_cmd(ctx, index_dir, repair, as_json):
         click.echo(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         click.echo(f"catalog    {report['catalog']}")
+        for line in report.get("catalog_backup", []) + report.get("model_backup", []):
+            click.echo(f"copy       {line}")
         click.echo(f"model      {'ok' if not report['model'] else '; '.join(report['model'])}")
         for g, problems in sorted(report["generations"].items()):
             mark = " (committed)" if g == report["committed"] else ""

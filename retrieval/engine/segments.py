@@ -53,8 +53,8 @@ DEAD_FRACTION = 0.25
 QUANTIZER_SAMPLE_PER_LIST = 256
 """Training vectors per coarse list drawn to train the IVFADC quantiser (faiss's max_points_per_centroid)."""
 
-__all__ = ["MAX_SEGMENTS", "SegmentedStage", "choose_merges", "mark_removed", "quantizer_outgrown", "segment_names",
-           "segments_root", "shard_of"]
+__all__ = ["MAX_SEGMENTS", "SegmentedStage", "UnreadableState", "choose_merges", "mark_removed", "quantizer_outgrown",
+           "segment_names", "segments_root", "shard_of"]
 
 
 def segments_root(gen_folder) -> Path:
@@ -63,19 +63,26 @@ def segments_root(gen_folder) -> Path:
     return Path(gen_folder).parent.parent / "segments"
 
 
+class UnreadableState(ValueError):
+    """A generation's ``state.json`` exists but cannot be read: the segments it references are unknown (a clean-up
+    must then delete no segment)."""
+
+
 def segment_names(gen_folder) -> list[str]:
     """The segment folders (names under :func:`segments_root`) a generation references, its quantiser included
-    (empty for a state of format version 1 or without ``state.json``)."""
+    (empty for a state of format version 1 or without ``state.json``). :class:`UnreadableState` (one line naming
+    the file) when ``state.json`` is there but cannot be read: an unknown list is never an empty one."""
     path = Path(gen_folder) / "state.json"
-    if not path.is_file():
+    if not path.exists():
         return []
     try:
         header = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        return []
-    names = [s["name"] for s in header.get("segments", [])]
-    if header.get("quantizer"):
-        names.append(header["quantizer"])
+        names = [str(s["name"]) for s in header.get("segments", [])]
+        if header.get("quantizer"):
+            names.append(str(header["quantizer"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UnreadableState(f"{path}: unreadable ({type(exc).__name__}: {exc}); the segments it references "
+                              f"are unknown.") from None
     return names
 
 

@@ -8,14 +8,14 @@ a browser needs the token in the first URL only. It is compared with :func:`hmac
 
 Errors are ``{"error": "one line"}`` with the status code (400 bad input, 401 token, 403 cross-site write, 404
 unknown id, 413 too large, 415 not an image, 409 conflict with the index's state, 421 foreign Host, 503 index being
-built, 507 no space left); never a traceback (an unexpected error is logged by the server and answered 500 with
-its type).
+built or read-only, 507 no space left); never a traceback (an unexpected error is logged by the server and answered
+500 with its type). A write refused by the disk (full, read-only, no permission, an I/O error) is answered with its
+real cause (:func:`storage_answer`) and changed nothing; a 2xx write is committed and searchable.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import sqlite3
 from importlib import resources
@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from retrieval._version import __version__
+from retrieval.app.read_only import IndexReadOnly, storage_cause
 from retrieval.web.guard import Guard, HostPolicy
 from retrieval.web.service import Service
 from retrieval.web.uploads import ApiError
@@ -58,24 +59,31 @@ def error(status: int, message: str, headers=None, field: str | None = None) -> 
                         status_code=status, headers=headers)
 
 
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a full disk, a quota or a file-size limit (OSError ENOSPC / EDQUOT /
-    EFBIG, SQLite's "database or disk is full")."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
-            return True
-        text = str(exc).lower()
-        if "disk is full" in text or "no space left" in text or "file too large" in text:
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    EFBIG, SQLite's "database or disk is full"): :func:`retrieval.app.read_only.storage_cause`."""
+    return storage_cause(exc) == "full"
 
 
+def storage_answer(exc: BaseException, index_path) -> tuple[int, str] | None:
+    """(status, one line) for an error that kept a write from the disk, naming the real cause; None for any other.
+
+    507 a full disk (or quota, or file-size limit); 503 a read-only index (a read-only file system, or no
+    permission: searches and pages work, changes are refused); 500 an I/O error of the disk. A write that fails
+    this way changed nothing (:meth:`retrieval.app.folder.IndexFolder.publish`)."""
+    cause = storage_cause(exc)
+    if cause == "full":
+        return 507, (f"no space left on device under {index_path} ({exc}); nothing was changed: free some space and "
+                     f"try again.")
+    if cause in ("read-only", "permission"):
+        if isinstance(exc, IndexReadOnly):   # refused before anything was written: its line names the cause
+            return 503, str(exc)
+        why = "read-only file system" if cause == "read-only" else "permission denied"
+        return 503, (f"the index is read-only ({why}; {exc}): searches and pages work, changes are refused; "
+                     f"nothing was changed.")
+    if cause == "io":
+        return 500, f"the disk under {index_path} reported an I/O error ({exc}); nothing was changed."
+    return None
 def _validation_message(exc: RequestValidationError) -> str:
     errs = exc.errors()
     if not errs:
@@ -127,10 +135,10 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
         return error(exc.status_code, str(exc.detail))
 
     def storage_error(request, exc: Exception):
-        if disk_full(exc):
-            logger.error("%s %s: %s", request.method, request.url.path, exc)
-            return error(507, f"no space left on device under {service.path} ({exc}); nothing was changed: free "
-                              f"some space and try again.")
+        answer = storage_answer(exc, service.path)
+        if answer is not None:
+            logger.error("%s %s: %s", request.method, request.url.path, answer[1])
+            return error(*answer)
         logger.error("%s %s: %s", request.method, request.url.path, exc, exc_info=exc)
         return error(500, f"storage error under {service.path} ({type(exc).__name__}: {exc}); the server log has "
                           f"the details.")
@@ -141,7 +149,7 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
 
     @app.exception_handler(Exception)
     async def unexpected(request, exc: Exception):
-        if disk_full(exc):
+        if storage_cause(exc) is not None:
             return storage_error(request, exc)
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
         return error(500, f"internal error ({type(exc).__name__}); the server log has the details.")
@@ -171,6 +179,6 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
                         headers={"Cache-Control": "max-age=86400"})
 
     app.include_router(api.router)
-    app.include_router(duplicates_api.router)
+    app.include_router(duplicates_api.router, responses=api.ERROR_RESPONSES)   # its errors documented as api's
     app.include_router(pages.router)
     return app

@@ -130,15 +130,19 @@ def test_no_intact_generation_is_one_line_until_repaired(tmp_path, pool):
     assert ranked(Index.open(tmp_path / "i"), q) == want
 
 
-def test_damaged_model_is_named_in_one_line(tmp_path, pool):
+def test_damaged_model_is_named_in_one_line_and_restored_from_its_copy(tmp_path, pool):
     idx, photos = build(tmp_path, pool)
+    q = photos / pool[0].name
+    want = ranked(idx, q)
+    idx.close()
     npz = next((tmp_path / "i" / "model").glob("*.npz"))
     npz.write_bytes(npz.read_bytes()[:100])
-    res = run(["query", str(photos / pool[0].name), "--index", str(tmp_path / "i")])
+    res = run(["query", str(q), "--index", str(tmp_path / "i")])
     assert res.exit_code == 1 and npz.name in res.output and "model is damaged" in res.output
-    assert "Traceback" not in res.output
+    assert "Traceback" not in res.output and "check --repair" in res.output
     res = run(["check", "--repair", "--index", str(tmp_path / "i")])
-    assert res.exit_code == 1 and "the model is damaged" in res.output and "rebuild the index" in res.output
+    assert res.exit_code == 0 and "restored from its verified copy model.backup/" in res.output, res.output
+    assert ranked(Index.open(tmp_path / "i"), q) == want
 
 
 @pytest.mark.parametrize("target, cut", [("gens/00000002/state.json", 10), ("model/model.json", 10),

@@ -57,7 +57,14 @@ def test_a_signal_lets_the_request_in_progress_finish_then_exits_with_one_line(i
 
 def test_a_signal_with_nothing_in_progress_stops_at_once(index, tmp_path):
     served = Served(index, log=tmp_path / "serve.log")
-    assert served.client.get("/").status_code == 200
+    # a page asked with "Connection: close" and read to the end of the stream: the server closes the connection
+    # only once the answer is complete, so nothing is in progress when the signal comes
+    with served.connect() as sock:
+        sock.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{served.port}\r\nConnection: close\r\n\r\n".encode())
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 200 "), raw[:200]
     assert served.stop(signal.SIGINT) == 130
     lines = [line for line in served.stderr().splitlines() if line.strip()]
     assert lines[-1] == "retrieval serve stopped by Ctrl-C (SIGINT): no request was in progress; the index was closed."

@@ -9,11 +9,14 @@
    (:func:`retrieval.app.safe_files.move_file`). Actions: ``move`` (to a folder, keeping the folder structure),
    ``trash`` (the freedesktop.org trash, which desktop file managers restore from:
    :func:`retrieval.app.safe_files.trash_entry`), ``link`` (an exact copy becomes a hard link to its keeper, a
-   symbolic link when a hard link is impossible). Moved and trashed files then leave the index
-   (:meth:`Index.remove <retrieval.app.index.Index.remove>`, which also keeps them out of later syncs) and their
-   new places inside a folder the index follows are kept out too (:meth:`Index.exclude
-   <retrieval.app.index.Index.exclude>`). A link keeps the bytes of its path: the index is not changed.
-3. :func:`undo_plan` reverses the steps done (or started), newest first, and gives the files back to the index.
+   symbolic link when a hard link is impossible). Moved and trashed files then leave the index and their new
+   places inside a folder the index follows are kept out of its syncs, in ONE commit (:meth:`Writer.remove
+   <retrieval.app.index_build.Writer.remove>`); when the index refuses it (a full disk, a read-only index), every
+   file is put back and the error raised: the plan changed nothing. A link keeps the bytes of its path: the index is
+   not changed.
+3. :func:`undo_plan` reverses the steps done (or started), newest first, and gives the files back to the index in
+   one commit; when the index refuses it, the files go back where the plan had put them (the undo can be run
+   again).
 
 Plan file (format ``retrieval-duplicates-plan``, version 1): a JSON object with ``action``, ``created``,
 ``index``, ``to``, ``kinds``, ``groups_named``, ``steps`` (each ``group``, ``kind``, ``path``, ``keeper``,
@@ -22,7 +25,7 @@ exists or failed, with a ``reason`` when not done; trash steps record ``trash_fi
 ``link``: hard or symbolic, and the file's ``mode`` and ``mtime_ns``; after an undo, ``undo``: done, exists,
 missing, changed, not-done or failed, with an ``undo_reason``), ``skipped`` (files the plan leaves out, with a
 ``reason``), then ``applied``, ``removed`` and ``excluded`` (the index's changes), ``index_updated`` and
-``undone`` as they happen.
+``undone`` as they happen (``index_failed``: the index refused the change and the files were put back).
 """
 
 from __future__ import annotations
@@ -289,7 +292,11 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
         finally:
             record()
     if action != "link":
-        _leave_index(idx, plan)
+        try:
+            _leave_index(idx, plan)
+        except BaseException as exc:   # the index unchanged: the files go back, nothing is left half done
+            _put_back(plan, exc, plan_path)
+            raise
     plan["index_updated"] = _now()
     record()
     counts = {s: sum(st["status"] == s for st in plan["steps"]) for s in ("done", "failed")}
@@ -303,18 +310,49 @@ def _inside(path: str, roots) -> bool:
 
 
 def _leave_index(idx, plan: dict) -> None:
-    """Moved and trashed files leave the index (and its later syncs); their new places in followed folders too."""
+    """Moved and trashed files leave the index (and its later syncs), and their new places in followed folders are
+    kept out of it: ONE commit (:meth:`Writer.remove <retrieval.app.index_build.Writer.remove>`), made or not."""
     done = [s for s in plan["steps"] if s["status"] == "done"]
     indexed = [s["path"] for s in done if idx.catalog.row_by_path(s["path"]) is not None]
-    if indexed:
-        idx.remove(indexed)
-    plan["removed"] = indexed
     roots = idx.roots
     places = [s.get("dest") or s.get("trash_file") for s in done]
     inside = [p for p in places if p and _inside(p, roots)]
-    if inside:
+    if indexed:
+        idx.writer().remove(indexed, exclude=inside)
+    elif inside:
         idx.writer().exclude(inside)
+    plan["removed"] = indexed
     plan["excluded"] = inside
+
+
+def _record_quietly(plan_path, plan: dict) -> None:
+    """Write the plan file, on the error path: a failure to write it is not allowed to hide the first error."""
+    try:
+        write_json_atomic(plan_path, plan)
+    except OSError:
+        pass
+
+
+def _put_back(plan: dict, exc: BaseException, plan_path) -> None:
+    """The index refused the change of an applied plan (``exc``): every step done or started is reversed (the files
+    back at their places, newest first), so that the plan changed nothing; the plan records it (``undo`` of each
+    step, ``index_failed``, and ``undone`` when every file is back: an undo then has nothing left to do)."""
+    reason = f"the index could not be updated ({exc}): put back"
+    back = True
+    for step in reversed(plan["steps"]):
+        if step["status"] not in ("done", "started"):
+            continue
+        try:
+            step["undo"], why = _undo_step(plan["action"], step, plan.get("to"))
+        except OSError as err:
+            step["undo"], why = "failed", f"{err.filename or step['path']}: {err.strerror or err}"
+        step["undo_reason"] = why or reason
+        back = back and step["undo"] in ("done", "not-done")
+        _record_quietly(plan_path, plan)
+    plan["index_failed"] = str(exc)
+    if back:
+        plan["undone"] = _now()
+    _record_quietly(plan_path, plan)
 
 
 # ---------------------------------------------------------------------------------------------------- undo
@@ -372,6 +410,23 @@ def _undo_step(action: str, step: dict, to: str | None) -> tuple[str, str | None
     return "done", None
 
 
+def _redo(plan: dict, undone: list, exc: BaseException, plan_path) -> None:
+    """The index refused to take back the files an undo put back (``exc``): each goes back where the plan had put
+    it (moved again, or to the trash again), so that the undo changed nothing and can be run again."""
+    for step in undone:
+        try:
+            if plan["action"] == "trash":
+                _trash(step, lambda: _record_quietly(plan_path, plan))
+            else:
+                move_file(step["path"], step["dest"], step["sha"])
+            step.pop("undo", None)
+            step["undo_reason"] = f"the index could not take the file back ({exc}): left where the plan had put it"
+        except OSError as err:
+            step["undo_reason"] = (f"the index could not take the file back ({exc}) and it could not be put where "
+                                   f"the plan had put it ({err.filename or step['path']}: {err.strerror or err})")
+        _record_quietly(plan_path, plan)
+
+
 def undo_plan(idx, plan_path) -> dict:
     """Reverse the steps of an applied plan (done, or started by an interrupted run), newest first: moved and
     trashed files go back (never over a file now at their place), links become independent copies of the keeper's
@@ -401,11 +456,17 @@ def undo_plan(idx, plan_path) -> dict:
         undone = [s for s in plan["steps"] if s.get("undo") == "done"]
         back = [s["path"] for s in undone]
         places = {s.get("dest") or s.get("trash_file") for s in undone}
-        idx.writer().include(back + [p for p in plan.get("excluded") or [] if p in places])
+        include = back + [p for p in plan.get("excluded") or [] if p in places]
         removed = set(plan.get("removed") or [])
         again = [p for p in back if p in removed]
-        if again:
-            idx.add(again)
+        try:   # ONE commit: the files indexed again and no longer excluded, or nothing
+            if again:
+                idx.writer().add(again, include=include)
+            elif include:
+                idx.writer().include(include)
+        except BaseException as exc:   # the index unchanged: the files go back where the plan had put them
+            _redo(plan, undone, exc, plan_path)
+            raise
     plan["undone"] = _now()
     write_json_atomic(plan_path, plan)
     undo = [s.get("undo") for s in plan["steps"] if s["status"] in ("done", "started")]
