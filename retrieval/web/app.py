@@ -132,7 +132,7 @@ def create_app(service: Service, *, token: str | None = None, warm_up: bool = Tr
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc: StarletteHTTPException):
-        return error(exc.status_code, str(exc.detail))
+        return error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))   # 405: its Allow
 
     def storage_error(request, exc: Exception):
         answer = storage_answer(exc, service.path)

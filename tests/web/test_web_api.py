@@ -169,6 +169,12 @@ def test_search_filters_keep_what_the_library_keeps(served):
     idx.close()
 
 
+def test_a_method_not_allowed_says_which_are(served):
+    _, _, client, _ = served
+    r = client.request("TRACE", "/api/info")
+    assert r.status_code == 405 and "GET" in r.headers.get("allow", ""), (r.status_code, dict(r.headers))
+
+
 def test_search_by_upload_is_not_stored(served):
     _, index, client, (_, _, paths) = served
     ids = ids_by_name(client)
