@@ -40,6 +40,8 @@ class Query:
     row : dict or None — the catalog row when the query is an indexed image whose file did not change
     path : str or None — the query's image file (None for features given directly)
     image_id : int or None — the id the query was given by
+    loaded : LoadedImage or None — the query image's working image when it was decoded already (an upload checked
+        by the server): the sideways fallback turns it instead of decoding the file again
     """
 
     features: LocalFeatures
@@ -49,12 +51,14 @@ class Query:
     row: dict | None = None
     path: str | None = None
     image_id: int | None = None
+    loaded: object | None = None
 
     @classmethod
-    def from_features(cls, features: LocalFeatures, bbox=None, *, row=None, path=None, image_id=None) -> Query:
+    def from_features(cls, features: LocalFeatures, bbox=None, *, row=None, path=None, image_id=None,
+                      loaded=None) -> Query:
         """A query of ``features`` restricted to ``bbox`` (:func:`retrieval.rerank.boxes.query_region`)."""
         inside, box = query_region(features, bbox)
-        return cls(inside, box, bbox is None, features, row, path, image_id)
+        return cls(inside, box, bbox is None, features, row, path, image_id, loaded)
 
 
 def _changed_since_indexed(row) -> bool:

@@ -81,7 +81,8 @@ def with_rotations(hits: list[Hit], query, rows, k: int, extractor, search) -> l
 
     if not needs_rotation(hits, is_copy):
         return hits
-    turned = turned_features(extractor, extractor.load(path))
+    loaded = getattr(query, "loaded", None)   # an upload's working image, decoded once
+    turned = turned_features(extractor, loaded if loaded is not None else extractor.load(path))
     return merge_rotated(hits, [search(f) for f in turned], is_copy, k)
 
 

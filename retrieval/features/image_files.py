@@ -145,19 +145,73 @@ def opened(source, *, name=None, max_megapixels: float | None = DEFAULT_MAX_MEGA
                     Image.MAX_IMAGE_PIXELS = saved
     except UnidentifiedImageError:
         raise ImageReadError(label, "not an image file (unknown format)") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageReadError(label, f"too large: {exc}") from None
-    except OSError as exc:
-        raise ImageReadError(label, f"unreadable ({exc})") from None
+    except ImageReadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin fails on malformed headers with any type (module doc)
+        raise decode_error(label, exc, "unreadable") from None
     with img:
         yield img
 
 
+def decode_error(label, exc: BaseException, what: str = "corrupt or truncated image data") -> ImageReadError:
+    """The :class:`ImageReadError` naming ``label`` for an exception a Pillow plugin raised while opening or
+    decoding a file: ``too large: ...`` (answered 413 by the server) for a decompression bomb -- too many pixels,
+    or a compressed chunk (PNG zTXt / iTXt / iCCP) that decompresses past Pillow's limit (``ValueError``
+    "Decompressed data too large") -- or for memory running out; ``what (Type: message)`` otherwise. Plugins raise
+    OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, KeyError, TypeError, ... on malformed
+    data: every one of them is a file that cannot be read, in one line."""
+    from PIL import Image
+
+    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return ImageReadError(label, f"too large: {text}")
+    if "decompressed data too large" in text.lower() or "too much memory" in text.lower():
+        return ImageReadError(label, f"too large: a compressed chunk decompresses past Pillow's limit ({text})")
+    if isinstance(exc, MemoryError):
+        return ImageReadError(label, "too large: memory ran out while decoding it")
+    kind = "" if isinstance(exc, (OSError, ValueError, SyntaxError, EOFError)) else f"{type(exc).__name__}: "
+    return ImageReadError(label, f"{what} ({kind}{text})")
+
+
+def _png_exif_chunk(fp) -> bytes | None:
+    """The data of a PNG file's ``eXIf`` chunk, found chunk by chunk (their data skipped, the file position kept);
+    None when there is none or the file cannot be read so."""
+    try:
+        position = fp.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+    try:
+        fp.seek(8)
+        while True:
+            head = fp.read(8)
+            if len(head) < 8 or head[4:8] == b"IEND":
+                return None
+            if head[4:8] == b"eXIf":
+                return fp.read(int.from_bytes(head[:4], "big"))
+            fp.seek(int.from_bytes(head[:4], "big") + 4, os.SEEK_CUR)
+    except (OSError, ValueError):
+        return None
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            fp.seek(position)
+
+
 def exif_orientation(img) -> int:
     """The EXIF orientation tag (1 to 8) of an opened Pillow image; 1 when absent or broken. (pillow-heif applies a
-    HEIC's orientation when decoding and reports 1.)"""
+    HEIC's orientation when decoding and reports 1.) Nothing is decoded: a PNG whose ``eXIf`` chunk follows its
+    pixels, which Pillow's ``getexif`` reads by decoding the whole image first, has the chunk read from the file
+    (put in ``info`` as that decode would)."""
+    from PIL import Image
+
     try:
-        orientation = int(img.getexif().get(0x0112, 1) or 1)
+        if img.format == "PNG" and "exif" not in img.info and getattr(img, "fp", None) is not None:
+            found = _png_exif_chunk(img.fp)
+            if found is not None:
+                img.info["exif"] = b"Exif\x00\x00" + found
+            exif = Image.Image.getexif(img)   # the info's EXIF, text profile or XMP; not PngImageFile's decode
+        else:
+            exif = img.getexif()
+        orientation = int(exif.get(0x0112, 1) or 1)
     except Exception:  # noqa: BLE001 - a broken EXIF block must not prevent reading the pixels
         return 1
     return orientation if orientation in range(1, 9) else 1
@@ -227,16 +281,30 @@ def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIX
                 img.draft(img.mode, box)
             img.load()   # the first frame
             out = ImageOps.exif_transpose(img) if orientation != 1 else img.copy()
-        except (OSError, SyntaxError, ValueError, EOFError) as exc:
-            raise ImageReadError(label, f"corrupt or truncated image data ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - any failure of a plugin on malformed data (decode_error)
+            raise decode_error(label, exc) from None
     out.format = fmt
     return out
 
 
-def display_rgb(img):
+def value_top(img) -> float | None:
+    """The value shown as white for a 32-bit gray image (modes ``I`` and ``F``), from its largest value
+    (``getextrema``: no copy of the pixels): ``I``: 65535 when a value is above 255 (16-bit gray read into 32 bits),
+    else 255; ``F``: 1.0 when no value is above 1, else 255. None for the other modes. An image converted band by
+    band (:mod:`retrieval.features.image_bands`) passes it to every band."""
+    if img.mode not in ("I", "F"):
+        return None
+    high = max(0, img.getextrema()[1])
+    if img.mode == "I":
+        return 65535.0 if high > 255 else 255.0
+    return 1.0 if high <= 1.0 else 255.0
+
+
+def display_rgb(img, top: float | None = None):
     """A Pillow image in any mode -> an 8-bit RGB image that looks like the original on screen (thumbnails,
     galleries): 16-bit and 32-bit gray scaled to 8 bits (as :func:`retrieval.features.image.load_image` sees
-    them), transparency composited onto white, CMYK through Pillow's CMYK -> RGB."""
+    them), transparency composited onto white, CMYK through Pillow's CMYK -> RGB. ``top``: the value shown as
+    white for modes ``I`` and ``F`` (:func:`value_top` of the whole image when ``img`` is one band of it)."""
     import numpy as np
     from PIL import Image
 
@@ -245,10 +313,8 @@ def display_rgb(img):
         arr = np.asarray(img, dtype=np.float64)
         if mode.startswith("I;16"):
             top = 65535.0
-        elif mode == "F":
-            top = 1.0 if arr.max(initial=0) <= 1.0 else 255.0
-        else:   # 32-bit integer mode: Pillow opens 16-bit gray PNG / TIFF into it
-            top = 65535.0 if arr.max(initial=0) > 255 else 255.0
+        elif top is None:
+            top = value_top(img)
         gray = np.clip(np.rint(arr * (255.0 / top)), 0, 255).astype(np.uint8)
         return Image.fromarray(gray, "L").convert("RGB")
     if mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:

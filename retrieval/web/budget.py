@@ -1,11 +1,16 @@
 """The server's decode budget: the memory that decoding images may take at once (``--max-decode-mb``).
 
-Every decode of ``retrieval serve`` (an upload checked, searched, matched or added; a thumbnail rendered) first
-reserves what it costs (:func:`retrieval.features.image.decode_cost`, read from the file's header: the decoded size,
-reduced for a JPEG, times the bytes its mode needs). An image costing more than the per-request limit (half the
-budget) is refused (413, one line) before any pixel is decoded; the others wait until their cost fits in what the
-decodes running meanwhile leave, so that all of them together stay within the budget. Memory freed by a large decode
-is handed back to the system at once (``malloc_trim``).
+Every decode of ``retrieval serve`` (an upload checked, matched or added; a thumbnail rendered) first reserves
+what it costs: an upper bound of its peak memory read from the file's header
+(:func:`retrieval.features.image.decode_cost` for the features' working image,
+:func:`~retrieval.features.image.display_cost` for a thumbnail; measured per format and mode,
+:mod:`retrieval.features.decode_plan`). An upload costing more than the per-request limit (half the budget) is
+refused (413, one line) before any pixel is decoded; the others wait until their cost fits in what the decodes
+running meanwhile leave, so that all of them together stay within the budget. A thumbnail of a photo the index
+holds may take the whole budget (it waits until nothing else decodes): a photo that was accepted is always shown
+(its thumbnail, :func:`~retrieval.features.image.load_display`, is decoded as its features were, reduced band by
+band, and costs what its acceptance did plus its picture: a few tens of MB). Memory freed
+by a large decode is handed back to the system at once (``malloc_trim``).
 """
 
 from __future__ import annotations
@@ -52,14 +57,16 @@ class DecodeBudget:
         self._cond = threading.Condition()
 
     @contextlib.contextmanager
-    def reserve(self, nbytes: int, what: str):
+    def reserve(self, nbytes: int, what: str, *, whole: bool = False):
         """Hold ``nbytes`` of the budget for the decode of ``what`` (waiting for room); ApiError 413 when one decode
-        would take more than the per-request limit."""
+        would take more than the per-request limit (``whole``: more than the whole budget; for the thumbnails of
+        photos the index holds)."""
         nbytes = int(nbytes)
-        if nbytes > self.per_request:
+        limit = self.max_bytes if whole else self.per_request
+        if nbytes > limit:
+            which = "the whole --max-decode-mb" if whole else "half of --max-decode-mb"
             raise ApiError(413, f"{what} needs {nbytes / 2**20:.0f} MB to decode, more than the limit of "
-                                f"{self.per_request / 2**20:.0f} MB per image (half of --max-decode-mb "
-                                f"{self.max_bytes / 2**20:.0f}).")
+                                f"{limit / 2**20:.0f} MB per image ({which} {self.max_bytes / 2**20:.0f}).")
         with self._cond:
             while self.in_use + nbytes > self.max_bytes:
                 self._cond.wait()

@@ -22,7 +22,9 @@ import base64
 import binascii
 import logging
 import os
+import sqlite3
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
@@ -32,15 +34,17 @@ from threadpoolctl import threadpool_limits
 from retrieval.app.index import Index
 from retrieval.app.matches import match_record
 from retrieval.app.photo_facts import photo_facts
+from retrieval.app.query import Query
 from retrieval.engine.params import ParamError, SearchParams
 from retrieval.engine.presets import preset_config
-from retrieval.features.image import ImageReadError, decode_cost
+from retrieval.features.image import ImageReadError, decode_cost, display_cost
 from retrieval.web.budget import DecodeBudget, default_budget_mb
 from retrieval.web.duplicates import ServedDuplicates
 from retrieval.web.folders import ServedFolders
 from retrieval.web.originals import content_type, photo_record
 from retrieval.web.thumbs import SIDES, SourceUnreadable, ThumbnailCache
 from retrieval.web.uploads import (
+    INCOMING,
     UPLOADS,
     ApiError,
     CheckedImage,
@@ -74,6 +78,23 @@ def decode_cursor(cursor: str, name: str) -> int:
         pass
     raise ApiError(400, f"{name}={cursor!r}: not a cursor of this API (pass back the 'next' or 'prev' of a "
                         f"previous page as it is).")
+
+
+def thumbnail_folder(index_path: Path) -> Path:
+    """``INDEX/thumbs``, or, when the index cannot be written (a read-only file system, no permission: it is served
+    read-only), a folder of the system's temporary directory named after it, so that the pages still get their
+    thumbnails."""
+    import hashlib
+    import tempfile
+
+    from retrieval.app.read_only import read_only_cause
+
+    folder = index_path / "thumbs"
+    if read_only_cause(folder if folder.exists() else index_path) is None:
+        return folder
+    digest = hashlib.blake2b(str(index_path).encode(), digest_size=8).hexdigest()
+    logger.info("%s is read-only: thumbnails are kept in the temporary folder", index_path)
+    return Path(tempfile.gettempdir()) / f"retrieval-thumbs-{digest}"
 
 
 def _public_row(row: dict, uploads: Path) -> dict:
@@ -117,10 +138,12 @@ class Service:
         self.workers = int(workers or os.cpu_count() or 1)
         self.uploads = self.path / UPLOADS
         self.in_flight: set[str] = set()   # uploads being received or checked (clean_incoming leaves them)
+        # checked uploads by path, while their request holds them: their decoded working image (check_upload)
+        self._checked: weakref.WeakValueDictionary[str, CheckedImage] = weakref.WeakValueDictionary()
         stale = clean_incoming(self.uploads)   # uploads interrupted by a stop of the server
         if stale:
             logger.info("removed %d interrupted uploads from %s", stale, self.uploads)
-        self.thumbs = ThumbnailCache(self.path / "thumbs")
+        self.thumbs = ThumbnailCache(thumbnail_folder(self.path))
         # the pool runs searches side by side: each uses ONE BLAS thread (several threads per search on top of the
         # pool oversubscribe the cores; measured 5x slower on 2 cores, docs/benchmarks.md)
         self._blas = threadpool_limits(limits=1)
@@ -134,19 +157,55 @@ class Service:
 
     # ------------------------------------------------------------------ decoding within the budget
     def decoding(self, path, what: str, max_side=None):
-        """A reservation of the decode budget for decoding the file at ``path`` (:class:`DecodeBudget.reserve`):
-        ApiError 413 over the per-image limit, else waits for room."""
+        """A reservation of the decode budget for decoding the file at ``path`` into the features' working image
+        (:class:`DecodeBudget.reserve` of :func:`retrieval.features.image.decode_cost`, an upper bound measured per
+        format): ApiError 413 over the per-image limit (or for a header that cannot be read), else waits for
+        room."""
+        ext = self.index.extractor
         try:
-            cost = decode_cost(path, max_side=self.max_side if max_side is None else max_side,
-                               reduce=self.index.extractor.reduce)
+            cost = decode_cost(path, max_side=ext.max_side if max_side is None else max_side,
+                               upscale_to=ext.upscale_to, reduce=ext.reduce)
         except ImageReadError as exc:
             raise read_error(what, exc.reason) from None
-        return self.budget.reserve(cost.bytes, f"{what} ({cost.size[0]}x{cost.size[1]} {cost.mode})")
+        return self.budget.reserve(cost.bytes, f"{what} ({cost.size[0]}x{cost.size[1]} {cost.format} {cost.mode})")
 
     def check_upload(self, path, name: str) -> CheckedImage:
-        """Decode an upload within the budget with the CLI's guards (:func:`retrieval.web.uploads.check_image`)."""
+        """Decode an upload within the budget with the CLI's guards (:func:`retrieval.web.uploads.check_image`),
+        into the working image of the index's extractor: the one decode of the upload (a search or a match of it
+        uses the :class:`CheckedImage`'s ``loaded`` image, found by its path while the request holds it)."""
+        ext = self.index.extractor
         with self.decoding(path, f"upload {name!r}"):
-            return check_image(path, name, max_megapixels=self.max_megapixels, min_side=self.min_side)
+            checked = check_image(path, name, max_megapixels=self.max_megapixels, min_side=self.min_side,
+                                  max_side=ext.max_side, upscale_to=ext.upscale_to, reduce=ext.reduce)
+        self._checked[str(checked.path)] = checked
+        if Path(checked.path).parent == self.uploads / INCOMING:   # an upload to add (POST /api/images)
+            self._store_features(checked)
+        return checked
+
+    def _store_features(self, checked: CheckedImage) -> None:
+        """The features of an upload to add, extracted from its decoded image into the index's feature store (keyed
+        by its content hash, as the index's add would store them): the add finds them there and does not decode the
+        file again. When they cannot be written (a full or read-only disk) the add extracts them itself, or is
+        refused for the same reason."""
+        idx = self.local()
+        ext = idx.extractor
+        try:
+            if not idx.store.has_full(checked.hash, ext.config_key):
+                idx.store.put(checked.hash, ext(checked.loaded), ext.config_key)
+        except (OSError, ValueError) as exc:
+            logger.info("%s: the features of %s were not stored ahead of its add (%s)", self.path, checked.path, exc)
+
+    def _upload_query(self, path, box, decoded=None):
+        """The :class:`~retrieval.app.query.Query` of an upload at ``path`` (optionally its ``box``) from its
+        working image already decoded (``decoded``, or that of the :class:`CheckedImage` of ``path`` still held by
+        its request); None when there is none (then the file is decoded within the budget)."""
+        if decoded is None:
+            checked = self._checked.get(str(path))
+            decoded = checked.loaded if checked is not None else None
+        if decoded is None:
+            return None
+        idx = self.local()
+        return Query.from_features(idx.extractor(decoded), box, path=os.path.abspath(str(path)), loaded=decoded)
 
     def local(self) -> Index:
         """The served :class:`Index` (shared by every thread)."""
@@ -186,20 +245,27 @@ class Service:
             raise ApiError(409, "the index is empty: add images ('retrieval index PHOTO_DIR', or POST /api/images).")
         return gen
 
-    def search(self, params: SearchParams, *, image_id: int | None = None, image_path=None, box=None) -> dict:
+    def search(self, params: SearchParams, *, image_id: int | None = None, image_path=None, box=None,
+               decoded=None) -> dict:
         """Search with an indexed image (``image_id``) or an image file (``image_path``, a checked upload),
         optionally restricted to ``box`` (``x1,y1,x2,y2`` in original pixels after EXIF rotation), with the
-        request's ``params`` (built by the API from its fields, :func:`retrieval.web.api.search_params`)."""
+        request's ``params`` (built by the API from its fields, :func:`retrieval.web.api.search_params`). An upload
+        is not decoded again: its working image is ``decoded`` or that of its :class:`CheckedImage`
+        (:meth:`check_upload`); a file without one is decoded within the budget."""
         idx = self.local()
         self.searchable(idx)
         if image_id is not None:
             self._row(image_id)
         t0 = time.perf_counter()
-        decoding = self.decoding(image_path, "the query image") if image_path is not None else nullcontext()
+        query = None
         try:
+            if image_path is not None:
+                query = self._upload_query(image_path, box, decoded)
+            decoding = self.decoding(image_path, "the query image") if image_path is not None and query is None \
+                else nullcontext()
             with decoding:
-                res = idx.search_results(int(image_id) if image_id is not None else str(image_path), bbox=box,
-                                         params=params)
+                image = query if query is not None else int(image_id) if image_id is not None else str(image_path)
+                res = idx.search_results(image, bbox=box, params=params)
         except ParamError as exc:
             raise field_error(exc) from None
         except ValueError as exc:
@@ -256,16 +322,20 @@ class Service:
         return path, path.name, content_type(path)
 
     def thumbnail(self, image_id: int, size: str) -> Path:
+        """The cached thumbnail of an indexed photo (rendered once, :class:`~retrieval.web.thumbs.ThumbnailCache`):
+        decoded reduced (:func:`retrieval.features.image.load_display`) within the decode budget, of which it may
+        take the whole (:class:`~retrieval.web.budget.DecodeBudget`: a photo the index holds is always shown)."""
         if size not in SIDES:
             raise ApiError(400, f"size={size!r}: expected one of {', '.join(SIDES)}.")
         row = self._row(image_id)
 
         def decoding():
             try:
-                cost = decode_cost(row["path"], max_side=SIDES[size], draft_box=(SIDES[size], SIDES[size]))
+                cost = display_cost(row["path"], SIDES[size])
             except ImageReadError as exc:
                 raise SourceUnreadable(row["path"], exc.reason) from None
-            return self.budget.reserve(cost.bytes, f"image {image_id} ({cost.size[0]}x{cost.size[1]} {cost.mode})")
+            return self.budget.reserve(cost.bytes, f"the thumbnail of image {image_id} ({cost.size[0]}x"
+                                                   f"{cost.size[1]} {cost.format} {cost.mode})", whole=True)
 
         try:
             return self.thumbs.get(row["path"], row["hash"], SIDES[size], decoding=decoding)
@@ -287,10 +357,13 @@ class Service:
         if a_id is not None:
             self._row(a_id)
         rb = self._row(b_id)
-        decoding = self.decoding(a_path, "the query image") if a_path is not None else nullcontext()
         try:
+            query = self._upload_query(a_path, box) if a_path is not None else None   # an upload: decoded once
+            decoding = self.decoding(a_path, "the query image") if a_path is not None and query is None \
+                else nullcontext()
             with decoding:
-                m = idx.match(int(a_id) if a_id is not None else str(a_path), int(b_id), bbox=box)
+                image = query if query is not None else int(a_id) if a_id is not None else str(a_path)
+                m = idx.match(image, int(b_id), bbox=box)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return match_record(m, a_id=a_id, b_id=int(b_id), b_path=rb["path"], box_given=box is not None,
@@ -299,9 +372,12 @@ class Service:
     # ------------------------------------------------------------------ writes (the writer thread)
     def add(self, checked: CheckedImage, name: str) -> tuple[dict, bool]:
         """Store a checked upload under ``INDEX/uploads`` with the file name ``name`` the client gave
-        (:func:`retrieval.web.uploads.store_upload`) and index it (:meth:`Index.add`: that file alone; the
-        uploads folder is followed by the index like its photo folder). Returns (record, added); an image whose content is already indexed is not
-        stored again (added False). Interrupted uploads (``*.part``) are removed after each add."""
+        (:func:`retrieval.web.uploads.store_upload`) and index it (:meth:`Writer.add
+        <retrieval.app.index_build.Writer.add>`: that file alone; the uploads folder is followed by the index like its
+        photo folder). Returns (record, added); an image whose content is already indexed is not stored again (added
+        False). Interrupted uploads (``*.part``) are removed after each add. Either the photo is committed and
+        searchable (a 2xx), or an error is raised and nothing is kept: no row, no generation, no file in
+        ``uploads/`` (a failure after the commit, such as the catalog backup's update, is logged, never answered)."""
         try:
             return self._add(checked, name)
         finally:
@@ -317,25 +393,74 @@ class Service:
             discard(checked.path)
             raise ApiError(409, f"{self.path} follows no folder (it was built from a list of files): an upload "
                                 f"cannot be added to it.")
-        dest = store_upload(checked, self.uploads, name)
-        if str(dest) in idx.excluded:
-            idx.writer().include([dest])
+        idx.folder.check_writable()   # a read-only index: refused before the upload is stored (503)
+        dest = self._store(checked, name)
         try:
             with self.decoding(dest, f"upload {name!r}"):
-                idx.add([dest], root=self.uploads)   # the upload alone: no walk of the followed folders
-        except RuntimeError as exc:   # the writer lock is held by another process
-            raise ApiError(409, str(exc)) from None
-        except ValueError as exc:
-            raise ApiError(409, f"the image is stored in {dest} but could not be indexed: {exc}") from None
-        row = idx.catalog.row_by_path(str(dest))
+                # the upload alone, no walk of the followed folders; its path no longer excluded, in the same commit
+                idx.writer().add([dest], root=self.uploads)
+        except BaseException as exc:
+            if self._kept(dest, checked.hash) is None:   # nothing committed: nothing may stay (module docstring)
+                self._discard_upload(dest)
+                if isinstance(exc, RuntimeError):   # the writer lock is held by another process
+                    raise ApiError(409, str(exc)) from None
+                if isinstance(exc, ValueError):
+                    raise ApiError(409, f"upload {name!r} could not be indexed: {exc}; nothing was kept.") from None
+                raise
+            logger.warning("%s: upload %r is committed although the add reported %s: %s", self.path, name,
+                           type(exc).__name__, exc)
+        row = self._kept(dest, checked.hash)
         if row is None or row["status"] != "indexed":
             reason = row["error"] if row else "not found by the sync"
-            raise ApiError(400, f"upload {name!r} could not be indexed: {reason}.")
+            self._take_back(row, dest)
+            raise ApiError(400, f"upload {name!r} could not be indexed: {reason}; nothing was kept.")
         return _public_row(row, self.uploads), True
+
+    def _store(self, checked: CheckedImage, name: str) -> Path:
+        """:func:`retrieval.web.uploads.store_upload`; when it fails half-way (the upload linked into ``uploads/``,
+        its temporary name not yet removed), the stored copy is deleted before the error is raised."""
+        folder = self.uploads
+        before = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        try:
+            return store_upload(checked, folder, name)
+        except BaseException:
+            for p in (folder.iterdir() if folder.is_dir() else ()):
+                if p.name not in before and p.is_file():
+                    self._discard_upload(p)
+            raise
+
+    def _discard_upload(self, path) -> None:
+        """Delete a stored upload that was not committed (logged when even that fails: the disk refuses writes)."""
+        try:
+            discard(path)
+        except OSError as exc:
+            logger.error("%s: the upload %s was not committed and cannot be deleted (%s); delete it before the next "
+                         "'retrieval index'", self.path, path, exc)
+
+    def _kept(self, dest, content_hash: str) -> dict | None:
+        """The catalog row of the stored upload ``dest`` when a commit kept it (None: nothing was committed, or the
+        catalog cannot tell, in which case the file must go: a stray file would be indexed by the next sync)."""
+        try:
+            row = self.index.catalog.row_by_path(str(dest))
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("%s: cannot read the catalog after an add (%s)", self.path, exc)
+            return None
+        return row if row is not None and row["hash"] == content_hash else None
+
+    def _take_back(self, row: dict | None, dest) -> None:
+        """An upload whose add committed an error row (its features could not be read): the row removed and the
+        file deleted, so that the error answer leaves nothing (logged when the removal itself fails)."""
+        try:
+            if row is not None:
+                self.index.remove([int(row["id"])])
+            self._discard_upload(dest)
+        except (OSError, RuntimeError, ValueError, sqlite3.Error) as exc:
+            logger.error("%s: the unreadable upload %s could not be taken back (%s)", self.path, dest, exc)
 
     def remove(self, image_id: int) -> dict:
         """Drop an image from the index (a new generation); an uploaded image's stored file is deleted too, other
-        files are never touched."""
+        files are never touched. Once the removal is committed the answer is a success: a stored file that cannot
+        be deleted is logged (it is excluded from syncs)."""
         idx = self.index
         row = idx.catalog.row_by_id(int(image_id))
         if row is None:
@@ -345,5 +470,9 @@ class Service:
         except RuntimeError as exc:
             raise ApiError(409, str(exc)) from None
         if Path(row["path"]).parent == self.uploads:
-            discard(row["path"])
+            try:
+                discard(row["path"])
+            except OSError as exc:
+                logger.warning("%s: the removed upload %s was not deleted (%s); it stays excluded from syncs",
+                               self.path, row["path"], exc)
         return {"removed": int(image_id), "path": row["path"], "generation": idx.catalog.generation()}

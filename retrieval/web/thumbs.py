@@ -2,7 +2,8 @@
 
 ``INDEX/thumbs/<content hash>-<side>.jpg``: keyed by the content hash of the catalog (a changed file gets a new
 thumbnail, a moved one keeps it), written atomically. Photos are opened as the index opens them
-(:mod:`retrieval.features.image_files`: every format of the index, HEIC and AVIF included, recognised by content).
+(:mod:`retrieval.features.image_files`: every format of the index, HEIC and AVIF included, recognised by content),
+decoded at the size needed (:func:`retrieval.features.image.load_display`).
 The EXIF orientation is applied (so boxes in original pixels after EXIF rotation land where they belong); 16-bit
 gray is scaled by 255 / 65535 and 16-bit colour keeps its high byte; CMYK goes through Pillow's CMYK -> RGB;
 transparency is composited onto white (as the features see it).
@@ -16,7 +17,7 @@ import os
 from pathlib import Path
 
 from retrieval.core.persistence import atomic_write
-from retrieval.features.image_files import display_rgb, open_image
+from retrieval.features.image import load_display
 
 SIDES = {"small": 320, "large": 1024}
 """Thumbnail sizes by name: the longest side in pixels (the grid and the result list; the query and match views)."""
@@ -28,13 +29,15 @@ budget, reserved before, :mod:`retrieval.web.budget`)."""
 
 
 def render_thumbnail(path, side: int, quality: int = 85) -> bytes:
-    """JPEG bytes of the image at ``path``: opened like every photo (:func:`retrieval.features.image_files.open_image`:
-    any format of the index, HEIC included, recognised by content; a JPEG decoded reduced, never below ``side``),
-    EXIF orientation applied, display colours (:func:`~retrieval.features.image_files.display_rgb`), longest side
-    at most ``side`` (never enlarged). Raises ImageReadError (a ValueError) when the file cannot be read."""
+    """JPEG bytes of the image at ``path``: decoded for a picture of ``side`` pixels
+    (:func:`retrieval.features.image.load_display`: any format of the index, HEIC included, recognised by content;
+    a JPEG decoded reduced by its decoder, any other format box-averaged band by band as it is converted, so that
+    it costs no more memory than its features' decode, :func:`~retrieval.features.image.display_cost`), EXIF
+    orientation applied, display colours, longest side at most ``side`` (never enlarged; Lanczos). Raises
+    ImageReadError (a ValueError) when the file cannot be read."""
     from PIL import Image
 
-    rgb = display_rgb(open_image(path, max_megapixels=THUMBNAIL_MAX_MEGAPIXELS, draft=(side, side)))
+    rgb = load_display(path, side, max_megapixels=THUMBNAIL_MAX_MEGAPIXELS)
     rgb.thumbnail((side, side), Image.Resampling.LANCZOS)
     buf = io.BytesIO()
     rgb.save(buf, format="JPEG", quality=quality)

@@ -25,8 +25,9 @@ from retrieval.features.image import (
     FORMAT_EXTENSIONS,
     IMAGE_EXTENSIONS,
     ImageReadError,
+    LoadedImage,
     load_image,
-    register_image_plugins,
+    peek_image,
 )
 from retrieval.features.store import file_hash
 
@@ -57,14 +58,17 @@ def field_error(exc: ParamError) -> ApiError:
     return ApiError(400, exc.worded(lambda name: f"field {name!r} ="), field=exc.param)
 
 
-@dataclass
+@dataclass(eq=False)
 class CheckedImage:
-    """An uploaded image that decoded: its temporary file, format, size and content hash."""
+    """An uploaded image that decoded: its temporary file, format, size and content hash, and the working image
+    it was decoded into (``loaded``: the features' gray image, :func:`retrieval.features.load_image`; a search
+    or a match of the upload uses it instead of decoding the file again)."""
 
     path: Path
     format: str
     size: tuple[int, int]
     hash: str
+    loaded: LoadedImage | None = None
 
     @property
     def extension(self) -> str:
@@ -108,23 +112,28 @@ def read_error(what: str, reason: str) -> ApiError:
     return ApiError(status, f"{what}: {reason}.")
 
 
-def check_image(path, name: str, *, max_megapixels: float, min_side: int) -> CheckedImage:
-    """Decode the file at ``path`` (the upload called ``name``) with the CLI's guards; ApiError 415 for a file that is
-    not an image (or a format the index does not read), 413 for too many pixels, 400 for a corrupt or too small
-    image."""
-    from PIL import Image
-
+def check_image(path, name: str, *, max_megapixels: float, min_side: int, max_side: int | None = 1024,
+                upscale_to: int | None = None, reduce: str = "all") -> CheckedImage:
+    """Decode the file at ``path`` (the upload called ``name``) with the CLI's guards into the features' working
+    image (``max_side``, ``upscale_to`` and ``reduce``: the index's extractor's, so that it is decoded once);
+    ApiError 415 for a file that is not an image (or a format the index does not read, refused from its header),
+    413 for too many pixels (or a compressed chunk that decompresses past Pillow's limit), 400 for a corrupt or too
+    small image. One line each (:func:`read_error`)."""
+    what = f"upload {name!r}"
     try:
-        img = load_image(path, max_side=1024, max_megapixels=max_megapixels, min_side=min_side)
+        with peek_image(path, name=name) as im:
+            fmt = im.format
     except ImageReadError as exc:
-        raise read_error(f"upload {name!r}", exc.reason) from None
-    register_image_plugins(path)
-    with Image.open(path) as im:
-        fmt = im.format
+        raise read_error(what, exc.reason) from None
     if fmt not in FORMAT_EXTENSIONS:
-        raise ApiError(415, f"upload {name!r}: {fmt} images are not indexed; expected one of "
+        raise ApiError(415, f"{what}: {fmt} images are not indexed; expected one of "
                             f"{', '.join(sorted(set(FORMAT_EXTENSIONS)))}.")
-    return CheckedImage(Path(path), fmt, img.original_size, file_hash(path))
+    try:
+        img = load_image(path, max_side=max_side, max_megapixels=max_megapixels, min_side=min_side,
+                         upscale_to=upscale_to, reduce=reduce)
+    except ImageReadError as exc:
+        raise read_error(what, exc.reason) from None
+    return CheckedImage(Path(path), fmt, img.original_size, file_hash(path), img)
 
 
 def upload_name(name: str | None, extension: str) -> str:
