@@ -52,6 +52,7 @@ from pathlib import Path
 import sqlite_utils
 
 from retrieval.app.catalog_io import open_read_only, storage_error, writes
+from retrieval.app.catalog_pages import Page, page_of
 from retrieval.app.catalog_rows import CatalogRows  # noqa: F401  (re-exported: the searcher's rows)
 from retrieval.app.read_only import read_only_cause
 from retrieval.core.persistence import crash_point  # crash_point: also used by the application
@@ -83,22 +84,6 @@ _COUNT_TRIGGERS = {
     END""",
 }
 """The triggers that keep ``counts`` equal to ``SELECT status, count(*) FROM images GROUP BY status``."""
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of image rows (:meth:`Catalog.page`), ordered by id.
-
-    ``rows`` (dicts), ``generation`` (read in the same transaction), ``total`` (rows matching the filter, all
-    pages), ``more_after`` / ``more_before``: whether rows matching the filter follow the last row / precede the
-    first one (the keyset cursors of the next and previous pages are then ``rows[-1]["id"]`` and
-    ``rows[0]["id"]``)."""
-
-    rows: list
-    generation: int
-    total: int
-    more_after: bool
-    more_before: bool
 
 
 @dataclass
@@ -247,7 +232,8 @@ class Catalog:
         finally:
             conn.execute("COMMIT")
 
-    def _dicts(self, sql: str, params=()) -> list[dict]:
+    def select(self, sql: str, params=()) -> list[dict]:
+        """The rows of the SQL ``sql`` as dicts (column name -> value)."""
         cur = self.db.conn.execute(sql, params)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -271,7 +257,7 @@ class Catalog:
 
     def rows(self) -> list[dict]:
         """Every image row, ordered by id (O(rows): see :meth:`page` and :meth:`iter_rows`)."""
-        return self._dicts("SELECT * FROM images ORDER BY id")
+        return self.select("SELECT * FROM images ORDER BY id")
 
     def iter_rows(self, status: str | None = None, *, batch: int = 1000) -> Iterator[dict]:
         """Every image row (of ``status``, when given), ordered by id, read ``batch`` rows at a time by one
@@ -294,14 +280,14 @@ class Catalog:
         return gen, rows
 
     def row_by_path(self, path) -> dict | None:
-        rows = self._dicts("SELECT * FROM images WHERE path = ?", [str(path)])
+        rows = self.select("SELECT * FROM images WHERE path = ?", [str(path)])
         return rows[0] if rows else None
 
     def row_by_id(self, image_id: int) -> dict | None:
         """The row of ``image_id`` (None when there is none, ids outside SQLite's int64 included)."""
         if not -(1 << 63) <= int(image_id) < (1 << 63):
             return None
-        rows = self._dicts("SELECT * FROM images WHERE id = ?", [int(image_id)])
+        rows = self.select("SELECT * FROM images WHERE id = ?", [int(image_id)])
         return rows[0] if rows else None
 
     def rows_by_ids(self, ids: Iterable[int]) -> list[dict]:
@@ -310,20 +296,20 @@ class Catalog:
         ids = [int(i) for i in ids]
         if not ids:
             return []
-        found = {r["id"]: r for r in self._dicts(
+        found = {r["id"]: r for r in self.select(
             "SELECT * FROM images WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(ids)])}
         return [found[i] for i in ids if i in found]
 
     def rows_by_hash(self, content_hash: str, status: str | None = None) -> list[dict]:
         """The rows whose content hash is ``content_hash`` (of ``status``, when given), ordered by id."""
         if status is None:
-            return self._dicts("SELECT * FROM images WHERE hash = ? ORDER BY id", [str(content_hash)])
-        return self._dicts("SELECT * FROM images WHERE hash = ? AND status = ? ORDER BY id",
+            return self.select("SELECT * FROM images WHERE hash = ? ORDER BY id", [str(content_hash)])
+        return self.select("SELECT * FROM images WHERE hash = ? AND status = ? ORDER BY id",
                            [str(content_hash), status])
 
     def error_rows(self, limit: int) -> list[dict]:
         """``{id, path, error}`` of the first ``limit`` rows of status ``error``, by id (the status index)."""
-        return self._dicts("SELECT id, path, error FROM images WHERE status = 'error' ORDER BY id LIMIT ?",
+        return self.select("SELECT id, path, error FROM images WHERE status = 'error' ORDER BY id LIMIT ?",
                            [int(limit)])
 
     def counts(self) -> dict[str, int]:
@@ -337,67 +323,9 @@ class Catalog:
 
     def page(self, *, limit: int, after: int | None = None, before: int | None = None, offset: int | None = None,
              status: str | None = "indexed", contains: str | None = None) -> Page:
-        """A page of at most ``limit`` rows (of ``status``; None: every status), ordered by id.
-
-        Keyset paging: ``after`` = the id of the last row of the previous page (the rows with a larger id), or
-        ``before`` = the id of the first row of the next page (the rows just before it); the cost of a page does
-        not grow with its position, and a row is never shown twice nor skipped because others were added or
-        removed between pages (the rows added meanwhile appear when their id comes, those removed do not).
-        ``offset`` (without ``after`` / ``before``) skips that many rows (SQLite still steps over them).
-        ``contains``: only paths containing this, case-insensitive (Unicode-aware lowering when it is not plain
-        ASCII; that filter scans the paths, and so does its ``total``)."""
-        if after is not None and before is not None:
-            raise ValueError("give at most one of after and before.")
-        where, params = [], []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if contains:
-            if contains.isascii():
-                where.append("instr(lower(path), ?) > 0")
-                params.append(contains.lower())
-            else:
-                self.db.conn.create_function("retrieval_lower", 1, str.lower, deterministic=True)
-                where.append("instr(retrieval_lower(path), ?) > 0")
-                params.append(contains.lower())
-
-        def query(extra, extra_params, order, n, skip=None):
-            cond = " AND ".join(where + extra) or "1"
-            sql = f"SELECT * FROM images WHERE {cond} ORDER BY id {order} LIMIT ?"
-            args = [*params, *extra_params, int(n)]
-            if skip:
-                sql += " OFFSET ?"
-                args.append(int(skip))
-            return self._dicts(sql, args)
-
-        def exists(extra, extra_params) -> bool:
-            cond = " AND ".join(where + extra)
-            return self.db.conn.execute(f"SELECT 1 FROM images WHERE {cond} LIMIT 1",
-                                        [*params, *extra_params]).fetchone() is not None
-
-        limit = int(limit)
-        with self.reading():
-            gen = self.generation()
-            if contains:
-                cond = " AND ".join(where)
-                total = int(self.db.conn.execute(f"SELECT count(*) FROM images WHERE {cond}", params).fetchone()[0])
-            else:
-                total = self.count(status)
-            if before is not None:
-                rows = query(["id < ?"], [int(before)], "DESC", limit + 1)
-                more_before = len(rows) > limit
-                rows = rows[:limit][::-1]
-                more_after = exists(["id >= ?"], [int(before)])
-            else:
-                extra, extra_params = (["id > ?"], [int(after)]) if after is not None else ([], [])
-                rows = query(extra, extra_params, "ASC", limit + 1, None if after is not None else offset)
-                more_after = len(rows) > limit
-                rows = rows[:limit]
-                if rows:
-                    more_before = exists(["id < ?"], [rows[0]["id"]])
-                else:   # past the end: rows before the cursor (or skipped by the offset)
-                    more_before = exists(["id <= ?"], [int(after)]) if after is not None else bool(offset and total)
-        return Page(rows, gen, total, more_after, more_before)
+        """A page of at most ``limit`` rows, ordered by id (:func:`retrieval.app.catalog_pages.page_of`)."""
+        return page_of(self, limit=limit, after=after, before=before, offset=offset, status=status,
+                       contains=contains)
 
     def runs(self) -> list[dict]:
         return [dict(r) for r in self.db.query("SELECT * FROM runs ORDER BY id")]
