@@ -94,3 +94,22 @@ def cli_world(tmp_path_factory):
     from cli_world import build_world
 
     return build_world(tmp_path_factory.mktemp("cliworld"))
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """The sizes of the images this process decodes (a server run in a thread of it included): every decode of a
+    file goes through Pillow's ImageFile.load with tiles left to decode (its WebP, AVIF and HEIF plugins' loads
+    call it); an image already decoded is not counted again."""
+    from PIL import ImageFile
+
+    seen = []
+    load = ImageFile.ImageFile.load
+
+    def recording(self):
+        if self.tile:
+            seen.append(self.size)
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", recording)
+    return seen

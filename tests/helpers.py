@@ -138,3 +138,24 @@ def pattern_images(n, seed=0, *, patterns=5, size=60, clutter=(10, 30)):
         frames[:, 2] = frames[:, 5] = 3.0
         out.append(LocalFeatures(frames=frames, descriptors=desc.astype(np.float32), image_size=(320, 320)))
     return out
+
+
+def photo_index(folder: Path, pool: list, batches, preset: str = "test-faults") -> tuple[Path, Path]:
+    """``folder/index``, an index (:func:`small_preset`) of the ``pool``'s photos copied into ``folder/photos``,
+    one sync per batch: ``batches`` counts the photos each sync adds (``(6, 2)``: two generations). Returns
+    ``(index, photos)``."""
+    import shutil
+
+    from retrieval.app.index import Index
+
+    photos = folder / "photos"
+    photos.mkdir()
+    idx = Index.create(folder / "index", small_preset(preset))
+    start = 0
+    for n in batches:
+        for p in pool[start:start + n]:
+            shutil.copy(p, photos)
+        idx.sync(photos, workers=1)
+        start += n
+    idx.close()
+    return folder / "index", photos

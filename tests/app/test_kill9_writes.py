@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import copy_index, make_pool, small_preset
+from helpers import copy_index, make_pool, photo_index
 
 from retrieval.app.index import Index
 from retrieval.cli.main import main
@@ -52,21 +52,13 @@ def built(tmp_path_factory):
     its ranked list."""
     d = tmp_path_factory.mktemp("kill9-writes")
     pool = make_pool(d / "pool")
-    photos, more = d / "photos", d / "more"
-    photos.mkdir()
+    index, photos = photo_index(d, pool, (6, 2), "test-kill9")
+    more = d / "more"
     more.mkdir()
-    for p in pool[:6]:
-        shutil.copy(p, photos)
-    idx = Index.create(d / "index", small_preset("test-kill9"))
-    idx.sync(photos, workers=1)
-    for p in pool[6:8]:
-        shutil.copy(p, photos)
-    idx.sync(photos, workers=1)
-    idx.close()
     for p in pool[8:10]:
         shutil.copy(p, more)
     q = photos / pool[0].name
-    return d / "index", photos, more, q, ranked(d / "index", q)
+    return index, photos, more, q, ranked(index, q)
 
 
 def newest_segment(index: Path) -> Path:

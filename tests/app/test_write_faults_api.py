@@ -14,7 +14,7 @@ import errno
 import shutil
 
 import pytest
-from helpers import copy_index, make_pool, small_preset
+from helpers import copy_index, make_pool, photo_index
 from write_faults_support import EXPECTED_STATUS, EXPECTED_WORDS, Faults, index_state
 
 from retrieval.app.index import Index
@@ -28,15 +28,9 @@ def base(tmp_path_factory):
     """(an index of 8 photos, the photo to upload, an indexed photo to delete's path)."""
     d = tmp_path_factory.mktemp("faults-api")
     pool = make_pool(d / "pool")
-    photos = d / "photos"
-    photos.mkdir()
-    for p in pool[:8]:
-        shutil.copy(p, photos)
-    idx = Index.create(d / "index", small_preset("test-faults"))
-    idx.sync(photos, workers=1)
-    idx.close()
-    (d / "index" / "uploads" / ".incoming").mkdir(parents=True)   # made by the first upload of any server
-    return d / "index", pool[9], str(photos / pool[2].name)
+    index, photos = photo_index(d, pool, (8,))
+    (index / "uploads" / ".incoming").mkdir(parents=True)   # made by the first upload of any server
+    return index, pool[9], str(photos / pool[2].name)
 
 
 def client_of(index):

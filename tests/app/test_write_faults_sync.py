@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from helpers import copy_index, make_pool, small_preset
+from helpers import copy_index, make_pool, photo_index, small_preset
 from write_faults_support import Faults, index_state
 
 from retrieval.app.index import Index
@@ -35,20 +35,11 @@ def base(tmp_path_factory):
     deleted, the pool)."""
     d = tmp_path_factory.mktemp("faults-sync")
     pool = make_pool(d / "pool")
-    photos = d / "photos"
-    photos.mkdir()
-    for p in pool[:6]:
-        shutil.copy(p, photos)
-    idx = Index.create(d / "index", small_preset("test-faults"))
-    idx.sync(photos, workers=1)
-    for p in pool[6:8]:
-        shutil.copy(p, photos)
-    idx.sync(photos, workers=1)
-    idx.close()
+    index, photos = photo_index(d, pool, (6, 2))
     for p in pool[8:10]:
         shutil.copy(p, photos)
     (photos / pool[1].name).unlink()
-    return d / "index", photos, pool
+    return index, photos, pool
 
 
 def state_of(index) -> tuple[int, set, set]:

@@ -21,7 +21,7 @@ import time
 
 import httpx
 import pytest
-from helpers import copy_index, make_pool, small_preset
+from helpers import copy_index, make_pool, photo_index
 from write_faults_support import index_state
 
 from retrieval.app.index import Index
@@ -35,15 +35,9 @@ def base(tmp_path_factory):
     """(index of 8 photos, its photo folder, the pool)."""
     d = tmp_path_factory.mktemp("faults-system")
     pool = make_pool(d / "pool")
-    photos = d / "photos"
-    photos.mkdir()
-    for p in pool[:8]:
-        shutil.copy(p, photos)
-    idx = Index.create(d / "index", small_preset("test-faults"))
-    idx.sync(photos, workers=1)
-    idx.close()
-    (d / "index" / "uploads" / ".incoming").mkdir(parents=True)
-    return d / "index", photos, pool
+    index, photos = photo_index(d, pool, (8,))
+    (index / "uploads" / ".incoming").mkdir(parents=True)
+    return index, photos, pool
 
 
 def limited(nbytes):

@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
-from PIL import Image, ImageFile
+from PIL import Image
 
 from retrieval.features.image import (
     ImageReadError,
@@ -38,21 +38,6 @@ def png(arr=None) -> bytes:
 
 
 BOMB = zlib.compress(b"\0" * (16 << 20), 9)   # 16 MB of zeros in 16 KB: past Pillow's 1 MB per chunk
-
-
-@pytest.fixture
-def decodes(monkeypatch):
-    """The sizes of the images decoded in this process (Pillow's ImageFile.load with tiles left to decode)."""
-    seen = []
-    load = ImageFile.ImageFile.load
-
-    def recording(self):
-        if self.tile:
-            seen.append(self.size)
-        return load(self)
-
-    monkeypatch.setattr(ImageFile.ImageFile, "load", recording)
-    return seen
 
 
 @pytest.mark.parametrize("kind,payload", [(b"zTXt", b"Comment\0\0" + BOMB), (b"iCCP", b"icc\0\0" + BOMB),

@@ -12,7 +12,7 @@ import zlib
 import httpx
 import numpy as np
 import pytest
-from PIL import Image, ImageFile
+from PIL import Image
 from web_support import assert_error, served_copy, textured, web_base  # noqa: F401
 
 from retrieval.features.image import decode_cost, display_cost
@@ -29,22 +29,6 @@ def served(web_base, tmp_path_factory):  # noqa: F811
     yield server, index, client
     client.close()
     server.stop()
-
-
-@pytest.fixture
-def decodes(monkeypatch):
-    """The sizes of the images this process decodes (the server runs in a thread of it): every decode of a file
-    goes through Pillow's ImageFile.load with tiles to decode (its WebP, AVIF and HEIF plugins' loads call it)."""
-    seen = []
-    load = ImageFile.ImageFile.load
-
-    def recording(self):
-        if self.tile:
-            seen.append(self.size)
-        return load(self)
-
-    monkeypatch.setattr(ImageFile.ImageFile, "load", recording)
-    return seen
 
 
 def encoded(img, **kw) -> bytes:
