@@ -137,12 +137,6 @@ def _find(idx, options, rule, ctx):
         return find_duplicates(idx, keeper_rule=rule, progress=callback_for(bar), **options)
 
 
-def file_size(n) -> str:
-    """A file size a person reads: ``42 KB`` under a tenth of a megabyte (never ``0.0 MB``), else ``3.1 MB``."""
-    n = int(n or 0)
-    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{max(1, round(n / 1e3)) if n else 0} KB"
-
-
 def _print_groups(groups, acted, out, ctx, idx) -> None:
     rows = [{"group": g.group, "kind": g.kind, "keeper": im["keeper"], "id": im["id"], "width": im["width"],
              "height": im["height"], "bytes": im["bytes"], "format": im["format"], "date": im["date"],
@@ -150,12 +144,14 @@ def _print_groups(groups, acted, out, ctx, idx) -> None:
     why = {g.group: g.keeper_reason for g in groups}
 
     def table():
-        click.echo("group  kind   keep    id  resolution      size  format  date                 path")
+        from retrieval.core.units import human_bytes
+
+        click.echo("group  kind   keep    id  resolution        size  format  date                 path")
         for r in rows:
             res = f"{r['width']}x{r['height']}" if r["width"] else "?"
             reason = f"   (kept: {why[r['group']]})" if r["keeper"] else ""
             click.echo(f"{r['group']:5d}  {r['kind']:5}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
-                       f"{file_size(r['bytes']):>8}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  "
+                       f"{human_bytes(r['bytes']):>10}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  "
                        f"{r['path']}{reason}")
 
     extras = [im["path"] for g in groups if g.kind in acted for im in g.images if not im["keeper"]]

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from retrieval.core.units import human_bytes
 from retrieval.web.api import parse_box_field, service_of
 from retrieval.web.folders import parents_of
 
@@ -35,17 +36,6 @@ PER_PAGE = 48
 
 
 _env = Environment(loader=PackageLoader("retrieval.web", "templates"), autoescape=select_autoescape(default=True))
-
-
-def human_bytes(n) -> str:
-    """``2.4 MB``, ``830 kB``, ``512 bytes``."""
-    if n is None:
-        return "unknown"
-    n = int(n)
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}" if n < 100 * size else f"{n / size:.0f} {unit}"
-    return f"{n} bytes"
 
 
 _env.filters["human_bytes"] = human_bytes

@@ -125,8 +125,13 @@ def test_duplicates_formats(dup_world):
 
 
 def _tree_digest(*folders) -> dict:
+    """Every file's digest. The commands run in this process (CliRunner) leave their catalog connections to the
+    garbage collector, and closing the last one checkpoints the WAL into catalog.db: they are collected first, so
+    that the bytes compared do not depend on when that happens."""
+    import gc
     import hashlib
 
+    gc.collect()
     out = {}
     for folder in folders:
         for p in sorted(Path(folder).rglob("*")):
