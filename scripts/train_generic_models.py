@@ -45,8 +45,10 @@ def main() -> None:
     ap.add_argument("--if-missing", action="store_true", help="only the presets without a matching model")
     args = ap.parse_args()
     def current(name: str) -> bool:
-        # a matching model, with the verification's match cells (models of earlier versions have none)
-        return provenance(load_preset(name)) is not None and (models_folder() / name / "match_cells.npz").is_file()
+        # a matching model, with the verification's match cells and the record of its training images (models of
+        # earlier versions have neither)
+        return provenance(load_preset(name)) is not None and all(
+            (models_folder() / name / f).is_file() for f in ("match_cells.npz", "training.json"))
 
     names = [n for n in args.presets.split(",") if not (args.if_missing and current(n))]
     if not names:

@@ -58,7 +58,8 @@ STORED_BYTES = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16B": 2, "I;16L": 2, "I;16
 
 FIXED_BYTES = 12 << 20
 """Added to every estimate: the decoder's tables, the resize's buffers and the objects of one decode (the intercept
-of the measurements was under 6 MB)."""
+of the measurements was under 6 MB). OpenCV's one-time set-up in a process (its thread pool and CPU-dispatched resize
+code, up to 13 MB on some CPUs) is the process's, paid by its first decode only, and not in it."""
 
 MARGIN = 1.1
 """Every estimate is the model times this."""
