@@ -40,7 +40,13 @@ import numpy as np
 from retrieval.app import index_roots, model_repair
 from retrieval.app.catalog import CatalogChanges
 from retrieval.app.duplicates.codes import keep_codes
-from retrieval.app.index_support import LazyFeatures, SyncReport, image_meta, progress_callback
+from retrieval.app.index_support import (
+    LazyFeatures,
+    SyncReport,
+    image_meta,
+    progress_callback,
+    skipped_summary,
+)
 from retrieval.app.store_forms import check_compact_features, compact_added, convert_store
 from retrieval.app.write_model import (
     model_record,
@@ -175,17 +181,20 @@ class Writer:
         t0 = time.perf_counter()
         roots = None
         walked = {}   # (size, mtime) of each file, read by the walk
+        skipped = {}   # the other files of the walk, and why they are not indexed
         if isinstance(folder_or_paths, (str, os.PathLike)):
             files, roots = index_roots.folder_files(self.folder.path, self.roots, self.excluded, folder_or_paths,
-                                                    add_root, replace_root, walked)
+                                                    add_root, replace_root, walked, skipped)
             source = str(Path(folder_or_paths).resolve())
             if not files:
+                more = skipped_summary(skipped.items())
                 raise ValueError(f"photo folder {source!r} holds no images "
-                                 f"({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, hidden files skipped).")
+                                 f"({'/'.join(e[1:] for e in IMAGE_EXTENSIONS)}, hidden files skipped)"
+                                 + (f"; {more}" if more else "") + ".")
         else:
             files = given_files(folder_or_paths)
             source = f"{len(files)} paths"
-        report = SyncReport()
+        report = SyncReport(skipped=sorted(skipped.items()))
         plan = plan_sync(self.catalog, files, walked, roots, source, prune=prune, progress=progress, report=report,
                          t0=t0)
         return self._apply(plan, report, workers, progress, cluster, retrain)

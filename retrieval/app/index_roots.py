@@ -17,16 +17,18 @@ from retrieval.core.checks import ParamError
 
 
 def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_root: bool,
-                 replace_root: bool, stats: dict | None = None) -> tuple[list[str], list[str]]:
+                 replace_root: bool, stats: dict | None = None, skipped: dict | None = None
+                 ) -> tuple[list[str], list[str]]:
     """(files, roots) of a sync with ``folder``: the image files under every followed folder, without the
     ``excluded`` ones, and the folders followed after this sync (``roots``: those followed now); ``stats`` filled
-    with each file's (size, mtime) (:func:`walk_photos`). Raises ValueError
+    with each file's (size, mtime), ``skipped`` with the files that are not indexed and why (:func:`walk_photos`).
+    Raises ValueError
     (one line) when ``folder`` is not followed and neither ``add_root`` nor ``replace_root`` is given, or when a
     followed folder is gone."""
     if add_root and replace_root:
         raise ParamError("add_root", True, template="{add_root} and {replace_root} exclude each other.")
     root = str(Path(os.path.expanduser(str(folder))).resolve())
-    files = walk_photos(root, stats)   # validates the folder first
+    files = walk_photos(root, stats, skipped)   # validates the folder first
     roots = list(roots)
     if replace_root:
         roots = [root]
@@ -46,7 +48,7 @@ def folder_files(index_path, roots: list[str], excluded: list[str], folder, add_
             raise ParamError("replace_root", False, template="{missing}, a folder this index follows, is missing (an "
                              "unmounted disk?): nothing was changed; give {replace_root} to follow only {root}.",
                              missing=r, root=root)
-        more.append(walk_photos(r, stats))
+        more.append(walk_photos(r, stats, skipped))
     if more:   # several folders (one may hold another): each file once, in order
         files = sorted(set(files).union(*more))
     if excluded:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retrieval.core.progress import callback_for, progress_bar
 from retrieval.engine.presets import preset_config
-from retrieval.features.image import exif_orientation, is_image_name, peek_image
+from retrieval.features.image import exif_orientation, is_image_name, peek_image, skip_reason
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,9 @@ logger = logging.getLogger(__name__)
 class SyncReport:
     """What one :meth:`Index.sync` did: files ``added`` and ``changed`` (both counted only once indexed),
     ``moved``, ``removed``, ``unchanged``; ``errors`` the files that failed in this run, with the reason;
-    ``failed_before`` the files that had failed before and did not change since (not retried)."""
+    ``failed_before`` the files that had failed before and did not change since (not retried); ``skipped`` the
+    files of the walked folders that are not indexed, with the reason (:func:`walk_photos`: ``"not an image"`` or
+    ``"unsupported"``)."""
 
     added: int = 0
     changed: int = 0
@@ -33,22 +35,61 @@ class SyncReport:
     generation: int = 0
     seconds: float = 0.0
     stage_seconds: dict = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["errors"] = [{"path": p, "error": e} for p, e in self.errors]
+        d["skipped"] = skipped_json(self.skipped)
         return d
 
 
+def skipped_by_reason(skipped) -> list[tuple[str, list[str]]]:
+    """``[(reason, paths)]`` of ``skipped`` (``(path, reason)`` pairs), the most frequent reason first."""
+    by: dict = {}
+    for path, reason in sorted(skipped):
+        by.setdefault(reason, []).append(path)
+    return sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def _extensions(paths) -> list[str]:
+    return sorted({os.path.splitext(p)[1].lower() or "(no extension)" for p in paths})
+
+
+def skipped_json(skipped) -> dict:
+    """The ``skipped`` object of a sync's JSON report: ``{"count", "reasons": [{"reason", "count", "extensions",
+    "paths"}]}``, the most frequent reason first."""
+    return {"count": len(skipped), "reasons": [{"reason": r, "count": len(ps), "extensions": _extensions(ps),
+                                               "paths": ps} for r, ps in skipped_by_reason(skipped)]}
+
+
+PLURAL = {"not an image": "not images"}
+
+
+def skipped_summary(skipped, max_extensions: int = 6) -> str:
+    """One line for the files a walk left out: ``"3 skipped: 2 not images (.txt), 1 unsupported (.xyz)"``; ``""``
+    when none was."""
+    if not skipped:
+        return ""
+    parts = []
+    for reason, paths in skipped_by_reason(skipped):
+        exts = _extensions(paths)
+        shown = ", ".join(exts[:max_extensions]) + (", ..." if len(exts) > max_extensions else "")
+        parts.append(f"{len(paths)} {PLURAL.get(reason, reason) if len(paths) > 1 else reason} ({shown})")
+    return f"{len(skipped)} skipped: " + ", ".join(parts)
+
+
 # ---------------------------------------------------------------------------------------------- folder walk
-def walk_photos(folder, stats: dict | None = None) -> list[str]:
+def walk_photos(folder, stats: dict | None = None, skipped: dict | None = None) -> list[str]:
     """Image files under ``folder``, recursively, as sorted absolute paths.
 
     Names :func:`retrieval.features.image.is_image_name` accepts (the extensions of
     :data:`~retrieval.features.image.IMAGE_EXTENSIONS`, in any case); names starting with ``.`` (hidden files and folders)
     are skipped; symbolic links to folders are followed once (a folder already visited, identified by device
     and inode, is skipped, which breaks symlink loops). ``stats``: filled with each file's
-    :func:`file_stat` (read once, by the walk: a sync then needs no other call per file).
+    :func:`file_stat` (read once, by the walk: a sync then needs no other call per file). ``skipped``: filled with
+    every other file that is not hidden, ``{path: reason}`` (:func:`retrieval.features.image.skip_reason`:
+    ``"not an image"``, ``"unsupported"``).
     """
     root = Path(os.path.expanduser(str(folder)))
     if not root.exists():
@@ -83,6 +124,8 @@ def walk_photos(folder, stats: dict | None = None) -> list[str]:
                         est = e.stat()   # follows a symbolic link
                         stats[e.path] = (int(est.st_size), float(est.st_mtime_ns) / 1e9)
                     out.append(e.path)
+                elif skipped is not None and e.is_file():
+                    skipped[e.path] = skip_reason(name)
             except OSError:
                 continue
         stack.extend(sorted(subdirs, reverse=True))

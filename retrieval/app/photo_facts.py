@@ -7,7 +7,8 @@ The keeper rule (:data:`KEEPER_RULE`, ``("raw", "resolution", "not-backup", "old
 of one photo by these criteria, each breaking the ties of the ones before it:
 
 1. ``raw``: a camera RAW file (by extension: DNG, CR2, NEF, ARW, ...) first: of a RAW + JPEG pair, the RAW is the
-   original (its width and height are unknown without a RAW decoder, so it must come before ``resolution``);
+   original (before ``resolution``: a camera's JPEG can have as many pixels, and a RAW format the library does not
+   read has no known size);
 2. ``resolution``: the most pixels (width x height) first: a smaller copy is a resize;
 3. ``not-backup``: a file outside folders whose names say it is a copy (:data:`BACKUP_WORDS`: ``Backup``,
    ``copy``, ``Export``, ``tmp``, ... as a word of a folder of its path) first: fewer such folders first;
@@ -50,8 +51,9 @@ _WORDS = re.compile(r"[^\W\d_]+")
 
 RAW_EXTENSIONS = (".dng", ".cr2", ".cr3", ".crw", ".nef", ".nrw", ".arw", ".srf", ".sr2", ".orf", ".rw2", ".raf",
                   ".pef", ".srw", ".x3f", ".3fr", ".iiq", ".erf", ".mrw", ".kdc", ".dcr", ".raw")
-"""Camera RAW files, recognised by extension. Pillow sees at most an embedded preview in them: their format is
-the extension upper-cased and their width and height are None (unknown without a RAW decoder)."""
+"""Camera RAW files, recognised by extension: their format is the extension upper-cased. Those the library reads
+(:data:`retrieval.features.raw_files.RAW_EXTENSIONS`, through LibRaw) have their size, camera and date read from
+their header; the others' width and height are None."""
 
 FORMAT_RANK = {**{ext[1:].upper(): 0 for ext in RAW_EXTENSIONS}, "TIFF": 1, "TIF": 1, "HEIF": 2, "HEIC": 2,
                "JPEG": 3, "JPG": 3, "JPE": 3, "MPO": 3, "PNG": 4, "WEBP": 5, "AVIF": 5}
@@ -111,6 +113,7 @@ def _read_header(path: str, ext: str, facts: dict) -> None:
 
     with peek_image(path) as im:   # the header only: Pillow's decompression-bomb limit lifted, nothing decoded
         w, h = (int(v) for v in im.size)
+        read_raw = "raw" in im.info   # a RAW file LibRaw read (its header: the developed photo's size)
         facts["format"] = ext[1:].upper() if ext in RAW_EXTENSIONS else (im.format or facts["format"])
         try:
             # a PNG whose eXIf chunk is not before its pixels would be decoded in full to look for it
@@ -119,7 +122,7 @@ def _read_header(path: str, ext: str, facts: dict) -> None:
             ifd0, sub = dict(exif), dict(exif.get_ifd(EXIF_IFD))
         except Exception:  # noqa: BLE001 - a broken EXIF block leaves date and camera unknown
             ifd0, sub = {}, {}
-    if ext not in RAW_EXTENSIONS:
+    if ext not in RAW_EXTENSIONS or read_raw:
         if ifd0.get(ORIENTATION) in (5, 6, 7, 8):
             w, h = h, w
         facts.update(width=w, height=h, megapixels=round(w * h / 1e6, 1))

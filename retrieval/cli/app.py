@@ -79,20 +79,27 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
               as_json):
     """Index PHOTO_DIR (recursively), or bring an existing index in line with it.
 
-    New and changed files are added, deleted ones dropped, moved ones recognised by content. Unreadable files
-    are listed on stderr once, in the run where they fail (`retrieval info` lists them all); unchanged, they are
-    not retried. Exit status 0 once every file was handled, 1 with --strict when any could not be read.
+    New and changed files are added, deleted ones dropped, moved ones recognised by content. Photos in JPEG, PNG,
+    TIFF, WebP, BMP, PPM, GIF, HEIC, AVIF and camera RAW (CR2, CR3, NEF, ARW, DNG, RAF, ORF, RW2) are indexed; the
+    other files are counted by reason after the summary ("3 skipped: 2 not images (.txt), 1 unsupported (.xyz)";
+    "skipped" in --json). Unreadable files are listed on stderr once, in the run where they fail (`retrieval info`
+    lists them all); unchanged, they are not retried. Exit status 0 once every file was handled, 1 with --strict
+    when any could not be read.
     """
     from retrieval.app.index import Index, walk_photos
+    from retrieval.app.index_support import skipped_summary
 
     check_preset_name(preset)
     index_dir = index_dir_of(index_dir)
-    files = walk_photos(photo_dir)  # validates the folder before anything is created
+    skipped: dict = {}
+    files = walk_photos(photo_dir, skipped=skipped)  # validates the folder before anything is created
     if not files:
         from retrieval.features.image import IMAGE_EXTENSIONS
 
+        more = skipped_summary(skipped.items())
         raise click.ClickException(f"photo folder {photo_dir!r} holds no images "
-                                   f"({', '.join(e[1:] for e in IMAGE_EXTENSIONS)}; hidden files are skipped).")
+                                   f"({', '.join(e[1:] for e in IMAGE_EXTENSIONS)}; hidden files are skipped)"
+                                   + (f"; {more}" if more else "") + ".")
     from pathlib import Path
 
     client = open_client(ctx, cluster)   # before anything is created: a wrong address changes nothing
@@ -136,6 +143,8 @@ def index_cmd(ctx, photo_dir, index_dir, preset, model_dir, train_on, feature_st
                    f"{report.unchanged} unchanged, {len(report.errors) + report.failed_before} unreadable"
                    + (f" ({report.failed_before} unchanged since they failed, see 'retrieval info')"
                       if report.failed_before else "") + f"; {report.seconds:.1f} s")
+        if report.skipped:   # every file of the folder that is not indexed, by reason
+            click.echo(skipped_summary(report.skipped))
     if report.errors:
         click.echo(f"{len(report.errors)} file(s) could not be read (listed above).", err=True)
     if strict and (report.errors or report.failed_before):

@@ -1,5 +1,5 @@
-"""CLI command ``retrieval duplicates``: exact copies, near duplicates and same-scene photos of an index, in groups
-that never mix kinds, with a suggested keeper; safe actions on the extra copies (dry run by default, undoable); and
+"""CLI command ``retrieval duplicates``: exact copies, RAW + JPEG pairs of one shot, near duplicates and same-scene
+photos of an index, in groups that never mix kinds, with a suggested keeper; safe actions on the extra copies (dry run by default, undoable); and
 ``--against NEW_DIR``: which of these new photos does the index already have?"""
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ GROUP_COLUMNS = ["group", "kind", "keeper", "id", "width", "height", "bytes", "f
 
 AGAINST_COLUMNS = ["path", "kind", "matches"]
 
+KINDS = ("exact", "formats", "near", "scene")
+"""The kinds of groups (:data:`retrieval.app.duplicates.groups.KINDS`)."""
+
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    bad = [k for k in kinds if k not in ("exact", "near", "scene")]
+    bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
-        raise click.BadParameter(f"{text!r}: expected a comma list of exact, near, scene.", param_hint="--kinds")
+        raise click.BadParameter(f"{text!r}: expected a comma list of {', '.join(KINDS)}.", param_hint="--kinds")
     return kinds
 
 
@@ -41,8 +44,8 @@ def _group_numbers(text: str | None) -> set | None:
               help="A folder (or one image) of new photos: for each, the indexed photos it duplicates. Nothing is "
                    "added to the index.")
 @click.option("--kinds", default=None, metavar="LIST",
-              help="Kinds listed and acted on, comma-separated from exact, near, scene [default: all three listed; "
-                   "actions and --format paths: exact,near].")
+              help="Kinds listed and acted on, comma-separated from exact, formats (a RAW and the JPEG of one "
+                   "shot), near, scene [default: all four listed; actions and --format paths: exact,near].")
 @click.option("--keeper", "keeper_rule", default=None, metavar="RULE",
               help="Criteria choosing the photo to keep in each group, in order, comma-separated from raw, "
                    "resolution, smallest, not-backup, format, oldest, newest, bytes, path, under:DIR, not-under:DIR "
@@ -58,7 +61,7 @@ def _group_numbers(text: str | None) -> set | None:
                    "A dry run unless --yes.")
 @click.option("--to", "to_dir", default=None, metavar="DIR", help="Destination folder of --action move.")
 @click.option("--groups", "groups_named", default=None, metavar="N,N",
-              help="Only these group numbers (needed to act on a scene group).")
+              help="Only these group numbers (needed to act on a scene or formats group).")
 @click.option("--yes", is_flag=True, help="Carry out --action (otherwise only print the plan).")
 @click.option("--plan", "plan_path", default=None, metavar="FILE",
               help="Where --action --yes writes its plan and undo file [default: INDEX/duplicate-plans/].")
@@ -78,8 +81,9 @@ def _group_numbers(text: str | None) -> set | None:
 @click.pass_context
 def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, prefer_folders, never_keep_in, action, to_dir, groups_named, yes, plan_path,
                    undo_path, threshold, candidates, min_inliers, html_path, out):
-    """Exact copies (same bytes or pixels), near duplicates (the same photograph resized, re-encoded, cropped,
-    turned or retouched) and photos of the same scene, in groups that never mix kinds, each with a suggested keeper.
+    """Exact copies (same bytes or pixels), the same photograph in two formats (a camera's RAW file and the JPEG
+    beside it, same name: kept together), near duplicates (the same photograph resized, re-encoded, cropped, turned
+    or retouched) and photos of the same scene, in groups that never mix kinds, each with a suggested keeper.
 
     The table lists one photo per line (* marks the keeper); --format paths prints the photos that are not their
     group's keeper in exact and near groups (the extra copies), for xargs. --action acts on them (a dry run until
@@ -112,7 +116,7 @@ def duplicates_cmd(ctx, index_dir, against, kinds, keeper_rule, prefer_folders, 
                                 never_keep_in)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--keeper") from None
-    listed = _kinds(kinds) if kinds else ("exact", "near", "scene")
+    listed = _kinds(kinds) if kinds else KINDS
     acted = _kinds(kinds) if kinds else ("exact", "near")
     named = _group_numbers(groups_named)
     groups = _find(idx, options, rule, ctx)
@@ -146,11 +150,11 @@ def _print_groups(groups, acted, out, ctx, idx) -> None:
     def table():
         from retrieval.core.units import human_bytes
 
-        click.echo("group  kind   keep    id  resolution        size  format  date                 path")
+        click.echo("group  kind     keep    id  resolution        size  format  date                 path")
         for r in rows:
             res = f"{r['width']}x{r['height']}" if r["width"] else "?"
             reason = f"   (kept: {why[r['group']]})" if r["keeper"] else ""
-            click.echo(f"{r['group']:5d}  {r['kind']:5}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
+            click.echo(f"{r['group']:5d}  {r['kind']:7}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
                        f"{human_bytes(r['bytes']):>10}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  "
                        f"{r['path']}{reason}")
 
@@ -160,9 +164,12 @@ def _print_groups(groups, acted, out, ctx, idx) -> None:
     else:
         out.records(rows, columns=GROUP_COLUMNS, table=table, paths=extras, document=[g.to_json() for g in groups])
     if not quiet_requested(ctx):
-        counts = {k: sum(g.kind == k for g in groups) for k in ("exact", "near", "scene")}
+        counts = {k: sum(g.kind == k for g in groups) for k in KINDS}
         click.echo(f"{len(groups)} groups of {len(rows)} photos (of {idx.catalog.count('indexed')}): "
-                   f"{counts['exact']} exact, {counts['near']} near, {counts['scene']} same scene; "
+                   f"{counts['exact']} exact, "
+                   + (f"{counts['formats']} the same photograph in two formats (kept together), "
+                      if counts["formats"] else "")
+                   + f"{counts['near']} near, {counts['scene']} same scene; "
                    f"{len(extras)} extra copies ({', '.join(acted)})", err=True)
 
 

@@ -26,7 +26,11 @@ tests/features/test_decode_cost_formats.py checks each against its estimate):
 - AVIF: the YUV planes (their depth and subsampling read from the ``av1C`` box), the RGB(A) conversion and its
   copy: measured 9.2 (RGB 4:2:0) to 13.8 (RGBA 4:4:4) bytes per pixel;
 - HEIC / HEIF: the YUV planes and libheif's interleaved RGB(A) (16 bits per sample above 8-bit depth, then an
-  8-bit copy): measured 7.4 (8-bit 4:2:0) to 20.8 (10-bit RGBA 4:4:4) bytes per pixel.
+  8-bit copy): measured 7.4 (8-bit 4:2:0) to 20.8 (10-bit RGBA 4:4:4) bytes per pixel;
+- camera RAW (LibRaw, :func:`raw_bytes`): its embedded JPEG preview as a JPEG (and its bytes), or LibRaw's copy of
+  the sensor data (2 bytes a photosite), its working image (8 bytes a developed pixel) and the 8-bit result:
+  measured (rawpy 0.28, LibRaw 0.22) 4.8 bytes per photosite developed at half size, 13.1 at full size, 0.6 to 0.8
+  through a 1,616-pixel preview (a 24-megapixel DNG).
 """
 
 from __future__ import annotations
@@ -36,7 +40,13 @@ import os
 from dataclasses import dataclass
 
 from retrieval.features.image_bands import band_bytes_per_pixel, band_rows
-from retrieval.features.image_files import DRAFT_FORMATS, DRAFT_MODES, exif_orientation, peek_image
+from retrieval.features.image_files import (
+    DRAFT_FORMATS,
+    DRAFT_MODES,
+    RAW_FORMAT_NAMES,
+    exif_orientation,
+    peek_image,
+)
 
 DEFAULT_MAX_SIDE = 1024
 
@@ -66,6 +76,16 @@ MARGIN = 1.1
 
 ROW_BYTES = 64
 """Bytes per pixel of image width a decoder keeps in row buffers (JPEG's MCU rows, PNG's filter rows)."""
+
+RAW_SENSOR_BYTES = 2
+"""Bytes per photosite of LibRaw's copy of a Bayer sensor's data (16 bits)."""
+
+RAW_IMAGE_BYTES = 8
+"""Bytes per developed pixel of LibRaw's working image (four 16-bit channels), at half or full size."""
+
+RAW_DEMOSAIC_BYTES = 8 << 20
+"""What LibRaw's full-size demosaic (AHD, 512 x 512 tiles of 26 bytes per pixel) holds in each of its OpenMP
+threads besides its images."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +121,11 @@ class DecodeCost:
 
 
 def drafts(reduce: str, fmt, mode: str) -> bool:
-    """Whether a file of Pillow format ``fmt`` and mode ``mode`` is decoded reduced by its JPEG decoder."""
+    """Whether a file of Pillow format ``fmt`` and mode ``mode`` is decoded reduced by its JPEG decoder; a camera
+    RAW file always is (its preview or LibRaw's half-size development, whatever ``reduce``: a RAW file has no
+    decode at full size that ``"none"`` could compare with)."""
+    if fmt in RAW_FORMAT_NAMES:
+        return True
     formats = DRAFT_FORMATS if reduce == "all" else ("JPEG",) if reduce == "jpeg" else ()
     return fmt in formats and mode in DRAFT_MODES
 
@@ -111,7 +135,8 @@ def reduce_factor(reduce: str, fmt, mode: str, info, size, target) -> int:
     largest integer dividing both sides that keeps them at least the target (a partial block at the edge would
     shift the working image by up to half a pixel); 1 (no reduction) when there is none >= 2, for a JPEG already
     drafted and for the modes outside :data:`REDUCE_IMAGE_MODES`."""
-    if reduce != "all" or fmt in DRAFT_FORMATS or mode not in REDUCE_IMAGE_MODES or "transparency" in info:
+    if (reduce != "all" or fmt in DRAFT_FORMATS or fmt in RAW_FORMAT_NAMES or mode not in REDUCE_IMAGE_MODES
+            or "transparency" in info):
         return 1
     for f in range(min(size[0] // target[0], size[1] // target[1]), 1, -1):
         if size[0] % f == 0 and size[1] % f == 0:
@@ -119,11 +144,14 @@ def reduce_factor(reduce: str, fmt, mode: str, info, size, target) -> int:
     return 1
 
 
-def draft_size(fmt: str, mode: str, size, target, reduce: str = "all") -> tuple[int, int]:
-    """The size Pillow's JPEG ``draft`` decodes at for a working size ``target`` (the full size otherwise)."""
+def draft_size(fmt: str, mode: str, size, target, reduce: str = "all", info=None) -> tuple[int, int]:
+    """The size Pillow's JPEG ``draft`` decodes at for a working size ``target`` (the full size otherwise); a RAW
+    file's (``info["raw"]``, :meth:`retrieval.features.raw_files.RawSource.choose`): its preview's, half or full."""
     w, h = size
     if target is None or not drafts(reduce, fmt, mode) or target[0] >= w:
         return w, h
+    if fmt in RAW_FORMAT_NAMES:
+        return info["raw"].choose(target)[1]
     for k in (MAX_DRAFT_REDUCTION, 4, 2):
         dw, dh = -(-w // k), -(-h // k)
         if dw >= target[0] and dh >= target[1]:
@@ -150,22 +178,22 @@ def feature_plan(size, mode: str, fmt, info, orientation: int, *, max_side: int 
         target = (max(1, round(W * f)), max(1, round(H * f)))
     shrink = None if target is None or target[0] >= W else _turned(target, orientation)
     draft = shrink if shrink is not None and drafts(reduce, fmt, mode) else None
-    decoded = draft_size(fmt, mode, size, draft, reduce) if draft is not None else tuple(size)
+    decoded = draft_size(fmt, mode, size, draft, reduce, info) if draft is not None else tuple(size)
     factor = 1 if shrink is None else reduce_factor(reduce, fmt, mode, info, decoded, shrink)
     return DecodePlan(draft, (int(decoded[0]), int(decoded[1])), factor, target)
 
 
-def display_plan(size, mode: str, fmt, orientation: int, side: int) -> DecodePlan:
+def display_plan(size, mode: str, fmt, orientation: int, side: int, info=None) -> DecodePlan:
     """How :func:`retrieval.features.image.load_display` decodes a file for a picture of larger side ``side``: a
-    JPEG drafted to the picture's size, then any format box-averaged to at least twice ``side`` (the last
-    resampling, Lanczos, has twice the pixels it needs)."""
+    JPEG (or a RAW file, whose ``info``: its header) drafted to the picture's size, then any format box-averaged to
+    at least twice ``side`` (the last resampling, Lanczos, has twice the pixels it needs)."""
     W, H = _turned(size, orientation)
     draft = None
     if max(W, H) > side:
         f = side / max(W, H)
         shrink = _turned((max(1, round(W * f)), max(1, round(H * f))), orientation)
-        draft = shrink if fmt in DRAFT_FORMATS and mode in DRAFT_MODES else None
-    decoded = draft_size(fmt, mode, size, draft) if draft is not None else tuple(size)
+        draft = shrink if drafts("all", fmt, mode) else None
+    decoded = draft_size(fmt, mode, size, draft, info=info) if draft is not None else tuple(size)
     factor = max(1, max(decoded) // (2 * side))
     return DecodePlan(draft, (int(decoded[0]), int(decoded[1])), factor, None)
 
@@ -207,11 +235,46 @@ def _tiff_buffer(img, width: int, height: int) -> int:
     return int(rows * width * per_pixel)
 
 
+def raw_bytes(source, decoded: tuple[int, int]) -> int:
+    """What decoding a camera RAW file (its header ``source``, a :class:`retrieval.features.raw_files.RawSource`)
+    at the size ``decoded`` holds at its peak besides the decoded image (module docstring): the way
+    :meth:`~retrieval.features.raw_files.RawSource.choose` takes to that size, then
+
+    - a development (``half`` or ``full``): LibRaw's sensor data (:data:`RAW_SENSOR_BYTES` per photosite, margins
+      included), its working image (4 16-bit channels, :data:`RAW_IMAGE_BYTES`, per pixel developed) and the 8-bit
+      RGB result (3 bytes per pixel), plus a full development's demosaic buffers (:data:`RAW_DEMOSAIC_BYTES` in each
+      of LibRaw's OpenMP threads, one per core); LibRaw's memory is freed before the decoded image is made of its
+      result, so the decoded image's 4 bytes per pixel are taken off (the result, 3 bytes per pixel, lives with it);
+    - a JPEG preview: the preview's bytes three times (LibRaw's buffer, its copy, Python's bytes) and its decoder's
+      (:func:`decoder_bytes` of the preview's header: rows, and every coefficient of a progressive one); a bitmap
+      preview: its RGB pixels twice (LibRaw's buffer and its copy);
+
+    and the file once more when it is given as bytes (LibRaw's buffer)."""
+    extra = source.file_bytes if isinstance(source.source, (bytes, bytearray)) else 0
+    dw, dh = decoded
+    # a Bayer sensor's data is one 16-bit value per photosite; the others' (X-Trans, Foveon, linear DNG) counted as
+    # four (LibRaw keeps a Foveon's or a linear DNG's as four channels)
+    sensor = RAW_SENSOR_BYTES * source.raw_size[0] * source.raw_size[1] * (1 if source.halvable else 4)
+    if tuple(decoded) == tuple(source.size) or (source.halvable and tuple(decoded) == source.half_size):
+        full = tuple(decoded) == tuple(source.size)
+        demosaic = RAW_DEMOSAIC_BYTES * (os.cpu_count() or 1) if full else 0
+        libraw = sensor + (RAW_IMAGE_BYTES + 3 - STORED_BYTES.get("RGB", 4)) * dw * dh + demosaic
+        return int(max(libraw, 3 * dw * dh)) + extra
+    preview = source.whole_preview()
+    if preview is None:   # not the way choose() takes: the most a development needs
+        return raw_bytes(source, source.size)
+    if preview.kind == "BITMAP":
+        return 2 * preview.nbytes + extra
+    return 3 * preview.nbytes + decoder_bytes(preview.header, None, preview.size, decoded) + extra
+
+
 def decoder_bytes(img, path, full: tuple[int, int], decoded: tuple[int, int]) -> int:
     """What the decoder of the (header-only) Pillow image ``img`` of the file ``path`` holds at its peak besides
     the decoded image (module docstring). ``full``: the file's size; ``decoded``: the size it is decoded at."""
     fmt = img.format or ""
     W, H = full
+    if fmt in RAW_FORMAT_NAMES:
+        return raw_bytes(img.info["raw"], decoded)
     try:
         file_bytes = os.path.getsize(path)
     except (OSError, TypeError):
@@ -263,20 +326,21 @@ def _estimate(img, path, plan: DecodePlan, out_bytes_per_pixel: float) -> int:
 
 
 def decode_cost(path, *, max_side: int | None = DEFAULT_MAX_SIDE, draft_box: tuple[int, int] | None = None,
-                reduce: str = "all", upscale_to: int | None = None) -> DecodeCost:
+                reduce: str = "all", upscale_to: int | None = None, name: str | None = None) -> DecodeCost:
     """An upper bound of the memory :func:`retrieval.features.image.load_image` needs for ``path`` with
     ``max_side``, ``upscale_to`` and ``reduce``, computed from the header (no pixel is decoded; module
     docstring). ``decoded`` is the size decoded (a JPEG's draft size). ``draft_box``: the size asked of a JPEG's
-    draft instead of the working size. Raises :class:`~retrieval.features.image_files.ImageReadError` when the
+    draft instead of the working size. ``name``: the file's own name when ``path`` is a temporary file (an upload;
+    a RAW file is recognised by it). Raises :class:`~retrieval.features.image_files.ImageReadError` when the
     header is unreadable."""
     if reduce not in REDUCE_MODES:
         raise ValueError(f"decode_cost: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
-    with peek_image(path) as img:   # the header only: no decoding
+    with peek_image(path, name=name) as img:   # the header only: no decoding
         orientation = exif_orientation(img)   # read without decoding (a PNG's eXIf chunk too)
         plan = feature_plan(img.size, img.mode, img.format, img.info, orientation, max_side=max_side,
                             upscale_to=upscale_to, reduce=reduce)
         if draft_box is not None:
-            decoded = draft_size(img.format or "", img.mode, img.size, tuple(draft_box), reduce)
+            decoded = draft_size(img.format or "", img.mode, img.size, tuple(draft_box), reduce, img.info)
             plan = DecodePlan(tuple(draft_box), decoded, 1, plan.target)
         # the gray result (1 byte per pixel), its turned copy, the resize's
         nbytes = _estimate(img, path, plan, 2 + (orientation != 1))
@@ -288,7 +352,7 @@ def display_cost(path, side: int) -> DecodeCost:
     ``side``) needs for ``path``, from its header (module docstring)."""
     with peek_image(path) as img:
         orientation = exif_orientation(img)
-        plan = display_plan(img.size, img.mode, img.format, orientation, side)
+        plan = display_plan(img.size, img.mode, img.format, orientation, side, img.info)
         # the reduced RGB picture (4 bytes per pixel), its turned copy, the resampling's (a quarter of it)
         nbytes = _estimate(img, path, plan, 6 + 4 * (orientation != 1))
         return DecodeCost(tuple(img.size), plan.reduced, img.mode, img.format or "", nbytes)

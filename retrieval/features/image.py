@@ -18,8 +18,11 @@ Conventions (documented in docs/formats.md, "Features"):
   as a full decode would be. A JPEG (and a camera's multi-picture JPEG, MPO) is reduced by 2, 4 or 8 inside its
   decoder (Pillow's ``draft``: DCT scaling, about 3x faster than a full decode at 12 megapixels); any other
   format is decoded in full and box-averaged by ``Image.reduce(f)`` (``f >= 2`` dividing both sides) before its
-  gray conversion (less memory, no faster). The working image differs from a full decode's by a few grey levels on edges, so the
-  features do too: :class:`retrieval.features.FeatureExtractor` names its decoder in its configuration.
+  gray conversion (less memory, no faster). A camera RAW file is decoded for the working size whatever ``reduce``:
+  its embedded preview when that is large enough, else LibRaw's half-size (or full) development
+  (:mod:`retrieval.features.raw_files`); its sizes are the developed photo's. The working image differs from a
+  full decode's by a few grey levels on edges, so the features do too: :class:`retrieval.features.FeatureExtractor`
+  names its decoder in its configuration.
 - Memory: the decoded image is reduced and converted to gray band by band (:mod:`retrieval.features.image_bands`:
   the same pixels as a conversion in one piece, without its full-size copies); :func:`decode_cost` bounds the
   peak from the header (:mod:`retrieval.features.decode_plan`, measured per format). :func:`load_display` decodes
@@ -68,6 +71,7 @@ from retrieval.features.image_files import (  # noqa: F401 - the public names of
     opened,
     peek_image,
     register_image_plugins,
+    skip_reason,
 )
 
 logger = logging.getLogger(__name__)
@@ -138,7 +142,8 @@ def working_to_original(xy, scale_xy) -> np.ndarray:
 
 
 def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels: float = DEFAULT_MAX_MEGAPIXELS,
-               min_side: int = DEFAULT_MIN_SIDE, upscale_to: int | None = None, reduce: str = "all") -> LoadedImage:
+               min_side: int = DEFAULT_MIN_SIDE, upscale_to: int | None = None, reduce: str = "all",
+               name: str | None = None) -> LoadedImage:
     """Read an image file into a gray uint8 working image, EXIF orientation applied, downscaled to ``max_side``
     (and, with ``upscale_to``, a small image enlarged).
 
@@ -150,7 +155,10 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     path : str or Path
         JPEG, PNG, TIFF, WebP, BMP, PPM / PGM, GIF (its first frame), HEIC / HEIF, AVIF (:data:`IMAGE_EXTENSIONS`,
         recognised by content; anything else Pillow reads is accepted too), opened as
-        :func:`retrieval.features.image_files.open_image` opens them, in modes L, RGB, RGBA, P (+transparency), CMYK, I;16 / I (16-bit), F, 1.
+        :func:`retrieval.features.image_files.open_image` opens them, in modes L, RGB, RGBA, P (+transparency), CMYK, I;16 / I (16-bit), F, 1;
+        a camera RAW file (recognised by its name: CR2, CR3, NEF, ARW, DNG, RAF, ORF, RW2) from its embedded
+        preview when that is at least the working size, else from LibRaw's half-size (or full) development
+        (:mod:`retrieval.features.raw_files`), whatever ``reduce``.
     max_side : int or None
         The working image's larger side is at most this (area-averaging downscale); None keeps full size.
     max_megapixels : float
@@ -165,6 +173,9 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     reduce : {"all", "jpeg", "none"}, default "all"
         Which files are decoded reduced when the working image is at most half their size (:data:`REDUCE_MODES`,
         module doc). ``original_size``, ``scale`` and ``scale_xy`` always refer to the original file.
+    name : str or None
+        The file's own name when ``path`` is a temporary file (an upload): what errors say, and how a RAW file is
+        recognised.
 
     Returns
     -------
@@ -185,9 +196,10 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
     if reduce not in REDUCE_MODES:
         raise ValueError(f"load_image: reduce must be one of {', '.join(REDUCE_MODES)}; got {reduce!r}.")
     path = Path(path)
-    with opened(path, max_megapixels=max_megapixels) as img:
+    label = path if name is None else name
+    with opened(path, name=name, max_megapixels=max_megapixels) as img:
         w0, h0 = img.size
-        check_pixels(path, w0, h0, max_megapixels, min_side)
+        check_pixels(label, w0, h0, max_megapixels, min_side)
         orientation = exif_orientation(img)
         plan = feature_plan(img.size, img.mode, img.format, img.info, orientation, max_side=max_side,
                             upscale_to=upscale_to, reduce=reduce)
@@ -204,7 +216,7 @@ def load_image(path, *, max_side: int | None = DEFAULT_MAX_SIDE, max_megapixels:
         except ImageReadError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of a plugin on malformed data: one line
-            raise decode_error(path, exc) from None
+            raise decode_error(label, exc) from None
     gray = oriented_gray(gray, orientation)
     target = plan.target
     if target is not None and (gray.shape[1], gray.shape[0]) != target:
@@ -225,7 +237,7 @@ def load_display(path, side: int, *, max_megapixels: float = DEFAULT_MAX_MEGAPIX
     with opened(path, max_megapixels=max_megapixels) as img:
         check_pixels(path, img.size[0], img.size[1], max_megapixels, 1)
         orientation = exif_orientation(img)
-        plan = display_plan(img.size, img.mode, img.format, orientation, side)
+        plan = display_plan(img.size, img.mode, img.format, orientation, side, img.info)
         try:
             if plan.draft is not None:
                 img.draft(img.mode, plan.draft)

@@ -3,35 +3,44 @@ and the web page (folder walks, outside query files, thumbnails, uploads).
 
 - :func:`is_image_name`: whether a file name has one of :data:`IMAGE_EXTENSIONS` (any case);
 - :func:`open_image`: a path, bytes or binary file -> a decoded Pillow image: the HEIC / HEIF and AVIF decoders
-  registered, the pixel count checked on the header before any pixel is decoded, the first frame of an animation
-  (GIF, WebP), the EXIF orientation applied;
+  registered, a camera RAW file read by LibRaw, the pixel count checked on the header before any pixel is decoded,
+  the first frame of an animation (GIF, WebP), the EXIF orientation applied;
 - :func:`peek_image`: the same opening, header only (size, format, EXIF), for callers that decode nothing;
 - :func:`display_rgb`: a decoded image in any mode -> the 8-bit RGB image a screen shows.
 
 Files are recognised by their content, not by their name: an upload in a temporary ``*.part`` file opens as well
-as ``IMG_0001.HEIC``. :func:`retrieval.features.image.load_image` (the features' gray working image) opens through
-the same function.
+as ``IMG_0001.HEIC``. Camera RAW files are the exception: they are recognised by their name
+(:data:`~retrieval.features.raw_files.RAW_EXTENSIONS`; most are TIFF files whose first image is a small thumbnail,
+which Pillow alone would open), an upload's by the name its client gave (``name``), and read through LibRaw
+(:mod:`retrieval.features.raw_files`). :func:`retrieval.features.image.load_image` (the features' gray working
+image) opens through the same function.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import threading
 import warnings
 
+from retrieval.features.raw_files import RAW_EXTENSIONS, RAW_FORMATS, RawError, is_raw_name, open_raw
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".webp", ".bmp", ".ppm", ".pgm", ".gif", ".heic",
-                    ".heif", ".avif")
+                    ".heif", ".avif") + RAW_EXTENSIONS
 """File extensions (lower case) of the images the library reads: JPEG, PNG, TIFF, WebP, BMP, the Netpbm PPM / PGM
 formats, GIF (its first frame), HEIC / HEIF (through the pillow-heif plugin, a dependency) and AVIF (Pillow's own
 decoder: Pillow 11.3 and later ship it in their wheels; else the pillow-avif-plugin package when installed), all
-decoded by Pillow. Test a name with :func:`is_image_name`."""
+decoded by Pillow; and the camera RAW files of :data:`~retrieval.features.raw_files.RAW_EXTENSIONS` (CR2, CR3, NEF,
+ARW, DNG, RAF, ORF, RW2), read through LibRaw (the rawpy package, a dependency). Test a name with
+:func:`is_image_name`."""
 
 FORMAT_EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "TIFF": ".tif", "WEBP": ".webp", "BMP": ".bmp",
-                     "PPM": ".ppm", "GIF": ".gif", "HEIF": ".heic", "AVIF": ".avif"}
-"""Pillow's name of each format :data:`IMAGE_EXTENSIONS` lists -> the extension a file of it is stored with (an
-image added through ``retrieval serve``)."""
+                     "PPM": ".ppm", "GIF": ".gif", "HEIF": ".heic", "AVIF": ".avif",
+                     **{fmt: ext for ext, fmt in RAW_FORMATS.items()}}
+"""The format name of each format :data:`IMAGE_EXTENSIONS` lists (Pillow's; a RAW file's is its extension's,
+``"DNG"``) -> the extension a file of it is stored with (an image added through ``retrieval serve``)."""
 
 HEIF_EXTENSIONS = (".heic", ".heif")
 AVIF_EXTENSIONS = (".avif",)
@@ -40,6 +49,9 @@ DEFAULT_MAX_MEGAPIXELS = 150.0
 
 DRAFT_FORMATS = ("JPEG", "MPO")
 DRAFT_MODES = ("L", "RGB", "YCbCr")
+RAW_FORMAT_NAMES = tuple(RAW_FORMATS.values())
+"""The format names of RAW files: decoded for a size asked (Pillow's ``draft``), as a JPEG is
+(:mod:`retrieval.features.raw_files`)."""
 
 
 class ImageReadError(ValueError):
@@ -59,6 +71,36 @@ def is_image_name(name) -> bool:
     (``"IMG_0001.HEIC"``: True; ``"notes.txt"``, ``"jpg"``: False). The test of every folder walk, of the CLI's
     query and match images and of the web page's uploads."""
     return os.fspath(name).lower().endswith(IMAGE_EXTENSIONS)
+
+
+SIDECAR_EXTENSIONS = (".xmp", ".aae", ".pp3", ".dop", ".cos", ".arp", ".on1", ".lrv", ".thm", ".db", ".ds_store",
+                      ".ini", ".lnk", ".url")
+"""Files that travel with photos but are not photos (lower case): editors' sidecars (XMP, Apple's AAE, RawTherapee,
+DxO, Capture One, ACDSee, ON1), cameras' low-resolution video and thumbnail companions (LRV, THM), folder databases
+and shortcuts (``Thumbs.db``, ``desktop.ini``). :func:`skip_reason` calls them ``"not an image"``."""
+
+SKIP_REASONS = ("not an image", "unsupported")
+"""Why a folder walk leaves a file out (:func:`skip_reason`)."""
+
+@functools.cache
+def _standard_types():
+    import mimetypes
+
+    return mimetypes.MimeTypes()   # Python's table only (the machine's files are not read into an instance)
+
+
+def skip_reason(name) -> str:
+    """Why a file whose name :func:`is_image_name` refuses is left out of a folder walk: ``"not an image"`` for a
+    file of another kind (its extension's standard MIME type is not ``image/*``: text, documents, video, sound,
+    archives; or one of :data:`SIDECAR_EXTENSIONS`), ``"unsupported"`` for anything else (an image in a format the
+    library does not read, such as PSD or SVG, a RAW format it does not list, an unknown extension). The MIME types are
+    Python's own table (:class:`mimetypes.MimeTypes`), not the machine's: the same answer everywhere."""
+    base = os.path.basename(os.fspath(name)).lower()
+    ext = os.path.splitext(base)[1]
+    if ext in SIDECAR_EXTENSIONS or base in SIDECAR_EXTENSIONS:
+        return "not an image"
+    kind = _standard_types().guess_type("x" + ext, strict=False)[0] if ext else None
+    return "not an image" if kind is not None and not kind.startswith("image/") else "unsupported"
 
 
 _plugins_lock = threading.Lock()
@@ -127,6 +169,16 @@ def opened(source, *, name=None, max_megapixels: float | None = DEFAULT_MAX_MEGA
         if len(source) == 0:
             raise ImageReadError(label, "the file is empty (0 bytes)")
         source = io.BytesIO(bytes(source))
+    if is_raw_name(label):   # a camera RAW file: its header read by LibRaw (retrieval.features.raw_files)
+        try:
+            img = open_raw(source, label)
+        except RawError as exc:
+            raise ImageReadError(label, exc.reason) from None
+        except OSError as exc:
+            raise ImageReadError(label, f"file not found or unreadable ({exc.strerror or exc})") from None
+        with img:
+            yield img
+        return
     try:
         with warnings.catch_warnings():
             # the guard is max_megapixels, checked by the caller on the header before any pixel is decoded;
@@ -163,6 +215,8 @@ def decode_error(label, exc: BaseException, what: str = "corrupt or truncated im
     from PIL import Image
 
     text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if isinstance(exc, RawError):   # LibRaw's reason, already one line
+        return ImageReadError(label, exc.reason)
     if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
         return ImageReadError(label, f"too large: {text}")
     if "decompressed data too large" in text.lower() or "too much memory" in text.lower():
@@ -276,7 +330,7 @@ def open_image(source, *, name=None, max_megapixels: float = DEFAULT_MAX_MEGAPIX
         check_pixels(label, w, h, max_megapixels, min_side)
         orientation = exif_orientation(img)
         try:
-            if draft is not None and fmt in DRAFT_FORMATS and img.mode in DRAFT_MODES:
+            if draft is not None and (fmt in DRAFT_FORMATS or fmt in RAW_FORMAT_NAMES) and img.mode in DRAFT_MODES:
                 box = (draft[1], draft[0]) if orientation in (5, 6, 7, 8) else tuple(draft)
                 img.draft(img.mode, box)
             img.load()   # the first frame

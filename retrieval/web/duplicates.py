@@ -25,9 +25,9 @@ from pathlib import Path
 
 from retrieval.web.uploads import ApiError
 
-KINDS = ("exact", "near", "scene")
+KINDS = ("exact", "formats", "near", "scene")
 ACTED_KINDS = ("exact", "near")
-"""The kinds an action takes by default (a scene group is acted on only when named)."""
+"""The kinds an action takes by default (a scene or formats group is acted on only when named)."""
 PLANS = "duplicate-plans"
 """The folder of the index that holds the plan files of the actions carried out."""
 PLAN_NAME = re.compile(r"plan-[A-Za-z0-9_-]+\.json")
@@ -138,6 +138,9 @@ class ServedDuplicates:
         if "scene" in kinds and not groups:
             raise ApiError(400, "scene groups are photos of the same scene, not copies: name them in 'groups' "
                                 "(their numbers) to act on them.")
+        if "formats" in kinds and not groups:
+            raise ApiError(400, "formats groups are the RAW and the JPEG of one shot, the same photograph in two "
+                                "formats kept together: name them in 'groups' (their numbers) to act on them.")
         gen, found = self.groups()
         if generation is not None and int(generation) != gen:
             raise ApiError(409, f"the index changed since the groups were shown (generation {generation}, now "

@@ -19,7 +19,7 @@ from retrieval.web.duplicates import parse_kinds
 
 router = APIRouter(prefix="/api", tags=["duplicates"])
 
-Kind = Literal["exact", "near", "scene"]
+Kind = Literal["exact", "formats", "near", "scene"]
 
 
 class DuplicateAction(BaseModel):
@@ -33,7 +33,7 @@ class DuplicateAction(BaseModel):
                                                        "link: exact)")
     to: str | None = Field(None, description="absolute folder on the server the files are moved to (move)")
     groups: list[StrictInt] | None = Field(None, description="only these group numbers (needed to act on scene "
-                                                             "groups)")
+                                                             "and formats groups)")
     confirm: StrictBool = Field(False, description="false: only the plan (nothing changes); true: carry it out")
     generation: StrictInt | None = Field(None, description="the generation of the groups shown (409 when the index "
                                                      "changed since)")
@@ -47,9 +47,9 @@ class UndoRequest(BaseModel):
     plan: str = Field(description="the name of a plan file an action returned (a bare name, not a path)")
 
 
-@router.get("/duplicates", summary="Exact copies, near duplicates and same-scene photos, in groups")
+@router.get("/duplicates", summary="Exact copies, RAW + JPEG pairs, near duplicates and same-scene photos, in groups")
 async def duplicates(request: Request,
-                     kinds: Annotated[str | None, Query(description="comma list of exact, near, scene "
+                     kinds: Annotated[str | None, Query(description="comma list of exact, formats, near, scene "
                                                                     "(default: all)")] = None):
     """`{generation, groups: [{group, kind, keeper (id), keeper_path, keeper_reason, images: [{id, path, size,
     width, height, format, date, camera, mtime, bytes, error, keeper}], pairs: [{a, b, kind, similarity, inliers,

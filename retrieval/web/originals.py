@@ -2,7 +2,7 @@
 
 The original is always named by its catalog id (``GET /api/images/{id}/original``), never by a path of the request:
 the file of that catalog row is sent as it is, with its content type (from its extension, the one list of
-:data:`CONTENT_TYPES`; a HEIC file is ``image/heic``) and its own file name in ``Content-Disposition``
+:data:`CONTENT_TYPES`; a HEIC file is ``image/heic``, a DNG ``image/x-adobe-dng``) and its own file name in ``Content-Disposition``
 (:func:`content_disposition`: an ASCII ``filename`` for old clients and the exact UTF-8 name in ``filename*``,
 RFC 6266 and RFC 8187).
 """
@@ -16,8 +16,12 @@ from urllib.parse import quote
 CONTENT_TYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".jpe": "image/jpeg", ".png": "image/png",
                  ".tif": "image/tiff", ".tiff": "image/tiff", ".webp": "image/webp", ".bmp": "image/bmp",
                  ".ppm": "image/x-portable-pixmap", ".pgm": "image/x-portable-graymap", ".gif": "image/gif",
-                 ".heic": "image/heic", ".heif": "image/heif", ".avif": "image/avif"}
-"""Content type of an original by its extension (lower case); any other: ``application/octet-stream``."""
+                 ".heic": "image/heic", ".heif": "image/heif", ".avif": "image/avif",
+                 ".dng": "image/x-adobe-dng", ".cr2": "image/x-canon-cr2", ".cr3": "image/x-canon-cr3",
+                 ".nef": "image/x-nikon-nef", ".arw": "image/x-sony-arw", ".raf": "image/x-fuji-raf",
+                 ".orf": "image/x-olympus-orf", ".rw2": "image/x-panasonic-rw2"}
+"""Content type of an original by its extension (lower case; camera RAW files: the freedesktop.org shared MIME
+types); any other: ``application/octet-stream``."""
 
 ORIENTATIONS = {1: "normal", 2: "mirrored horizontally", 3: "rotated 180°", 4: "mirrored vertically",
                 5: "mirrored horizontally, rotated 90° counter-clockwise", 6: "rotated 90° clockwise",

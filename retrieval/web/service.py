@@ -156,15 +156,15 @@ class Service:
         self.folders = ServedFolders(self)   # the photos' folders, kept per generation
 
     # ------------------------------------------------------------------ decoding within the budget
-    def decoding(self, path, what: str, max_side=None):
-        """A reservation of the decode budget for decoding the file at ``path`` into the features' working image
-        (:class:`DecodeBudget.reserve` of :func:`retrieval.features.image.decode_cost`, an upper bound measured per
-        format): ApiError 413 over the per-image limit (or for a header that cannot be read), else waits for
-        room."""
+    def decoding(self, path, what: str, max_side=None, name=None):
+        """A reservation of the decode budget for decoding the file at ``path`` (an upload's temporary file: the
+        ``name`` its client gave) into the features' working image (:class:`DecodeBudget.reserve` of
+        :func:`retrieval.features.image.decode_cost`, an upper bound measured per format): ApiError 413 over the
+        per-image limit (or for a header that cannot be read), else waits for room."""
         ext = self.index.extractor
         try:
             cost = decode_cost(path, max_side=ext.max_side if max_side is None else max_side,
-                               upscale_to=ext.upscale_to, reduce=ext.reduce)
+                               upscale_to=ext.upscale_to, reduce=ext.reduce, name=name)
         except ImageReadError as exc:
             raise read_error(what, exc.reason) from None
         return self.budget.reserve(cost.bytes, f"{what} ({cost.size[0]}x{cost.size[1]} {cost.format} {cost.mode})")
@@ -174,7 +174,7 @@ class Service:
         into the working image of the index's extractor: the one decode of the upload (a search or a match of it
         uses the :class:`CheckedImage`'s ``loaded`` image, found by its path while the request holds it)."""
         ext = self.index.extractor
-        with self.decoding(path, f"upload {name!r}"):
+        with self.decoding(path, f"upload {name!r}", name=name):
             checked = check_image(path, name, max_megapixels=self.max_megapixels, min_side=self.min_side,
                                   max_side=ext.max_side, upscale_to=ext.upscale_to, reduce=ext.reduce)
         self._checked[str(checked.path)] = checked

@@ -130,7 +130,7 @@ def check_image(path, name: str, *, max_megapixels: float, min_side: int, max_si
                             f"{', '.join(sorted(set(FORMAT_EXTENSIONS)))}.")
     try:
         img = load_image(path, max_side=max_side, max_megapixels=max_megapixels, min_side=min_side,
-                         upscale_to=upscale_to, reduce=reduce)
+                         upscale_to=upscale_to, reduce=reduce, name=name)
     except ImageReadError as exc:
         raise read_error(what, exc.reason) from None
     return CheckedImage(Path(path), fmt, img.original_size, file_hash(path), img)

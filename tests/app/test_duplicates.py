@@ -121,7 +121,7 @@ def test_duplicates_formats(dup_world):
     near_only = json.loads(run([*base, "--format", "json", "--kinds", "near"]).stdout)
     assert near_only and {g["kind"] for g in near_only} == {"near"}
     bad = run([*base, "--kinds", "copies"])
-    assert bad.exit_code != 0 and "exact, near, scene" in bad.output
+    assert bad.exit_code != 0 and "exact, formats, near, scene" in bad.output
 
 
 def _tree_digest(*folders) -> dict:

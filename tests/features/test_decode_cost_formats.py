@@ -1,10 +1,12 @@
 """The decode cost of every format the library opens, measured against its real peak: for each format and mode
 (JPEG baseline, progressive and CMYK; PNG in each colour type and depth, interlaced; WebP lossy, lossless and
 animated; GIF and animated GIF; TIFF compressed by strips, in one strip, tiled, with pages, 16-bit and CMYK; BMP;
-PPM; HEIC 8- and 10-bit; AVIF 4:2:0 and 4:4:4) a 3.8-megapixel file is decoded into the features' working image
-(:func:`load_image`) and into the thumbnails' pictures (:func:`load_display`, 1024 pixels, and 320 for some), each in a
-fresh process (forked from one that imported everything first; OpenCV's resize called once on a small image before
-the reset, as a running process has), whose peak RSS (VmHWM, reset before the decode)
+PPM; HEIC 8- and 10-bit; AVIF 4:2:0 and 4:4:4; camera RAW: a DNG with its JPEG preview, one without a preview,
+developed by LibRaw at half size, and at full size) a 3.8-megapixel file (a DNG: its 15.4 megapixels of sensor data,
+tests/raw_photos.py) is decoded into the features' working image (:func:`load_image`) and into the thumbnails'
+pictures (:func:`load_display`, 1024 pixels, and 320 for some), each in a fresh process (forked from one that
+imported everything first; OpenCV's resize called once on a small image before the reset, as a running process has),
+whose peak RSS (VmHWM, reset before the decode)
 minus its RSS before is the peak. The estimate read from the header (:func:`decode_cost`, :func:`display_cost`)
 is at least that, and not wildly above (three times the peak plus the fixed part)."""
 
@@ -78,8 +80,20 @@ def _heic(arr, mode, **kw) -> bytes:
     return buf.getvalue()
 
 
+def _dng(write, arr, **kw) -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/x.dng"
+        write(path, arr, **kw)
+        with open(path, "rb") as fh:
+            return fh.read()
+
+
 def variants():
     """name -> (extension, bytes of the file)."""
+    from raw_photos import pidng_dng, preview_dng
+
     rgb_a, rgba_a = content(3), content(4)
     rgb, rgba = Image.fromarray(rgb_a), Image.fromarray(rgba_a, "RGBA")
     gray = rgb.convert("L")
@@ -129,12 +143,15 @@ def variants():
         "heic_10bit_rgba_444": (".heic", _heic(rgba_a.astype(np.uint16) * 257, "RGBA;16", chroma=444)),
         "avif_rgb": (".avif", _save(rgb, format="AVIF", quality=60, speed=10)),
         "avif_rgba_444": (".avif", _save(rgba, format="AVIF", quality=60, speed=10, subsampling="4:4:4")),
+        "dng_preview": (".dng", _dng(preview_dng, rgb_a, scale=2, preview_side=1024)),
+        "dng_developed": (".dng", _dng(pidng_dng, rgb_a, scale=2)),
     }
 
 
 MEASURE = r"""
 import json, os, re, sys, traceback
 import cv2  # imported first: its own memory is not a decode's
+import rawpy  # the same: LibRaw's library (a process's, not a decode's)
 import numpy as np
 from PIL import Image
 from retrieval.features.image import load_display, load_image, register_image_plugins
@@ -166,6 +183,8 @@ for path, op in json.loads(sys.argv[1]):
                 load_image(path)
             elif op == "features-none":
                 load_image(path, reduce="none")
+            elif op == "features-full":
+                load_image(path, max_side=None)
             else:
                 load_display(path, int(op)).thumbnail((int(op), int(op)))
             os.write(write, str(status("VmHWM") - before).encode())
@@ -184,10 +203,13 @@ print(json.dumps(peaks))
 """
 
 OPS = ("features", "1024")
-SMALL = ("jpeg_rgb", "jpeg_gray", "jpeg_cmyk", "jpeg_progressive_444", "png_rgba", "webp_lossy_rgb", "heic_8bit")
+SMALL = ("jpeg_rgb", "jpeg_gray", "jpeg_cmyk", "jpeg_progressive_444", "png_rgba", "webp_lossy_rgb", "heic_8bit",
+         "dng_preview", "dng_developed")
 """Variants whose small thumbnail (320) is measured too (a JPEG drafted further; the others as the large one)."""
 REDUCE_NONE = ("jpeg_rgb", "png_rgba", "png_gray16", "webp_lossy_rgb")
 """Variants measured with the first decoder too (``reduce="none"``: every format decoded in full)."""
+FULL_SIZE = ("dng_developed",)
+"""Variants measured at full size too (``max_side=None``: a RAW file's full development by LibRaw)."""
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +223,8 @@ def measured(tmp_path_factory):
         paths[name] = folder / f"{name}{ext}"
         paths[name].write_bytes(data)
     jobs = [(str(p), op) for name, p in paths.items()
-            for op in OPS + (("320",) if name in SMALL else ()) + (("features-none",) if name in REDUCE_NONE else ())]
+            for op in OPS + (("320",) if name in SMALL else ()) + (("features-none",) if name in REDUCE_NONE else ())
+            + (("features-full",) if name in FULL_SIZE else ())]
     res = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(jobs)], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -213,6 +236,8 @@ def measured(tmp_path_factory):
             estimate = decode_cost(path).bytes
         elif op == "features-none":
             estimate = decode_cost(path, reduce="none").bytes
+        elif op == "features-full":
+            estimate = decode_cost(path, max_side=None).bytes
         else:
             estimate = display_cost(path, int(op)).bytes
         out[name][op] = (int(peak), estimate)
@@ -224,7 +249,7 @@ NAMES = ("jpeg_rgb", "jpeg_gray", "jpeg_cmyk", "jpeg_progressive_444", "png_rgb"
          "webp_lossy_rgb", "webp_lossy_rgba", "webp_lossless_rgba", "webp_animated", "gif", "gif_animated",
          "tiff_lzw_rgb", "tiff_deflate_rgb_one_strip", "tiff_tiled_rgba", "tiff_pages", "tiff_gray16",
          "tiff_rgb16_one_strip", "tiff_cmyk", "bmp_rgb", "bmp_palette", "ppm_rgb", "heic_8bit", "heic_10bit_rgba_444",
-         "avif_rgb", "avif_rgba_444")
+         "avif_rgb", "avif_rgba_444", "dng_preview", "dng_developed")
 
 
 @pytest.mark.parametrize("name", NAMES)

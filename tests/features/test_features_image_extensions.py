@@ -1,4 +1,5 @@
-"""IMAGE_EXTENSIONS (the extensions every folder walk picks): load_image reads a file of each of them."""
+"""IMAGE_EXTENSIONS (the extensions every folder walk picks): load_image reads a file of each of them (the camera
+RAW extensions: a DNG under each name, tests/raw_photos.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from PIL import Image
 
 from retrieval.features.image import IMAGE_EXTENSIONS, load_image
+from retrieval.features.raw_files import RAW_EXTENSIONS
 
 PIL_FORMAT = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".tif": "TIFF", ".tiff": "TIFF", ".webp": "WEBP",
               ".bmp": "BMP", ".ppm": "PPM", ".pgm": "PPM", ".gif": "GIF", ".heic": "HEIF", ".heif": "HEIF",
@@ -18,10 +20,11 @@ LOSSY = {".jpg": 8, ".jpeg": 8, ".webp": 8, ".heic": 12, ".heif": 12, ".avif": 1
 def test_the_list_is_lower_case_dotted_and_unique():
     assert len(set(IMAGE_EXTENSIONS)) == len(IMAGE_EXTENSIONS)
     assert all(e.startswith(".") and e == e.lower() for e in IMAGE_EXTENSIONS)
-    assert set(IMAGE_EXTENSIONS) == set(PIL_FORMAT)
+    assert set(IMAGE_EXTENSIONS) == set(PIL_FORMAT) | set(RAW_EXTENSIONS)
+    assert not set(PIL_FORMAT) & set(RAW_EXTENSIONS)
 
 
-@pytest.mark.parametrize("ext", IMAGE_EXTENSIONS)
+@pytest.mark.parametrize("ext", [e for e in IMAGE_EXTENSIONS if e not in RAW_EXTENSIONS])
 def test_load_image_reads_every_listed_extension(tmp_path, ext):
     """A 40x30 horizontal ramp (gray 0..195) written by Pillow in the format of the extension; lossless formats
     come back exactly, the lossy ones (JPEG, WebP) within a few gray levels."""
@@ -43,3 +46,18 @@ def test_load_image_reads_every_listed_extension(tmp_path, ext):
     assert got.original_size == (40, 30) and got.pixels.dtype == np.uint8
     err = np.abs(got.pixels.astype(int) - ramp).max()
     assert err <= LOSSY.get(ext, 0), err
+
+
+@pytest.mark.parametrize("ext", RAW_EXTENSIONS)
+def test_load_image_reads_every_raw_extension(tmp_path, ext):
+    """The ramp as a DNG's Bayer data (80 x 60 photosites) under each RAW extension: the name sends it to LibRaw,
+    which recognises the content; developed in full (smaller than the working image), the ramp rises."""
+    from raw_photos import pidng_dng
+
+    ramp = np.tile((np.arange(40) * 5).astype(np.uint8), (30, 1))
+    path = tmp_path / f"ramp{ext.upper()}"
+    pidng_dng(path, np.repeat(ramp[..., None], 3, axis=2))
+    got = load_image(path)
+    assert got.original_size == (80, 60) and got.pixels.dtype == np.uint8
+    profile = got.pixels[5:-5, 5:-5].mean(axis=0)
+    assert np.all(np.diff(profile[::8]) > 0)

@@ -46,12 +46,15 @@ from retrieval.features.store import file_hash
 PLAN_FORMAT = "retrieval-duplicates-plan"
 PLAN_VERSION = 1
 ACTIONS = ("move", "trash", "link")
-KINDS = ("exact", "near", "scene")
+KINDS = ("exact", "formats", "near", "scene")
 LINK_ONLY_EXACT = ("{action} link replaces a file by a hard link to its keeper: only for exact copies "
                    "({kinds} exact).")
 SCENE_NEEDS_GROUPS = ("scene groups are photos of the same scene, not copies: they are acted on only when named "
                       "({groups} with their numbers).")
-_WHAT = {"exact": "exact copy of", "near": "near duplicate of", "scene": "same scene as"}
+FORMATS_NEED_GROUPS = ("formats groups are the RAW and the JPEG of one shot, the same photograph in two formats "
+                       "kept together, not copies: they are acted on only when named ({groups} with their numbers).")
+_WHAT = {"exact": "exact copy of", "formats": "other format of", "near": "near duplicate of",
+         "scene": "same scene as"}
 _NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
@@ -73,19 +76,19 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
     groups : list of dict — ``{"group", "kind", "keeper", "images": [{"id", "path", ...}, ...]}`` (the keeper
         defaults to the first image)
     action : {"move", "trash", "link"}
-    kinds : kinds of groups acted on (``exact``, ``near``, ``scene``); ``link`` takes only ``exact``
+    kinds : kinds of groups acted on (``exact``, ``formats``, ``near``, ``scene``); ``link`` takes only ``exact``
     to : folder the files are moved to (``move`` only): ``to/<path relative to its index root>``, or
         ``to/<absolute path without its leading slash>`` for a file under no root (or whose relative place is
         taken by another file of the plan)
     groups_named : group numbers the user named, or None; when given only those groups are acted on, and a
-        ``scene`` group never is unless named
+        ``scene`` or ``formats`` group (a RAW and the JPEG of the same shot) never is unless named
     index_path : the index folder, stored in the plan (None: filled by :func:`apply_plan`)
     roots : folders the index follows (:attr:`Index.roots <retrieval.app.index.Index.roots>`), for ``dest``
 
     Raises
     ------
     ValueError (one line) for an unknown action or kind, ``move`` without ``to``, ``link`` with other kinds
-    than ``exact``, or ``scene`` in ``kinds`` without ``groups_named``.
+    than ``exact``, or ``scene`` or ``formats`` in ``kinds`` without ``groups_named``.
     """
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}.")
@@ -96,6 +99,8 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
                          f"{', '.join(KINDS)}.")
     if "scene" in kinds and not groups_named:
         raise ParamError("groups", None, template=SCENE_NEEDS_GROUPS)
+    if "formats" in kinds and not groups_named:
+        raise ParamError("groups", None, template=FORMATS_NEED_GROUPS)
     if action == "link" and set(kinds) != {"exact"}:
         raise ParamError("action", action, template=LINK_ONLY_EXACT)
     if action == "move" and not to:

@@ -1,15 +1,33 @@
-"""The groups of ``retrieval duplicates``: exact groups first, near groups between the keepers of exact groups,
-scene groups between the keepers of near groups; each with its suggested keeper (:mod:`retrieval.app.photo_facts`)."""
+"""The groups of ``retrieval duplicates``: exact groups first, then the RAW + JPEG pairs of one shot (``formats``)
+between the keepers of exact groups, near groups between the keepers of those, scene groups between the keepers of
+near groups; each with its suggested keeper (:mod:`retrieval.app.photo_facts`).
+
+**formats**: a camera writes a RAW file and a JPEG of the same shot side by side (``IMG_0001.CR2`` and
+``IMG_0001.JPG``): the same photograph in two formats, which a photographer keeps together. A verified pair (near or
+scene) of a camera RAW file and a file of another format in the same folder with the same name but for the
+extension (any case) is reported as such (:func:`two_formats`); its group's keeper is the RAW (the ``raw`` criterion
+of the keeper rule), and an action acts on it only when the group is named (like a scene group).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 
 from retrieval.app.duplicates.same_photo import NearEvidence
-from retrieval.app.photo_facts import KEEPER_RULE, choose_keeper, keeper_reason, photo_facts
+from retrieval.app.photo_facts import KEEPER_RULE, RAW_EXTENSIONS, choose_keeper, keeper_reason, photo_facts
 
-KINDS = ("exact", "near", "scene")
+KINDS = ("exact", "formats", "near", "scene")
 KIND_ORDER = {k: i for i, k in enumerate(KINDS)}
+
+
+def two_formats(path_a: str, path_b: str) -> bool:
+    """Whether two files are the RAW and the other format (JPEG, HEIC, TIFF, ...) of one shot as a camera writes
+    them: one a camera RAW file (:data:`retrieval.app.photo_facts.RAW_EXTENSIONS`), the other not, in the same
+    folder, with the same name but for the extension (case-insensitive)."""
+    (stem_a, ext_a), (stem_b, ext_b) = (os.path.splitext(os.path.abspath(p)) for p in (path_a, path_b))
+    raw_a, raw_b = ext_a.lower() in RAW_EXTENSIONS, ext_b.lower() in RAW_EXTENSIONS
+    return raw_a != raw_b and os.path.normcase(stem_a).lower() == os.path.normcase(stem_b).lower()
 
 
 @dataclass
@@ -82,8 +100,11 @@ class Components:
 
 
 def build_groups(pairs: list[DuplicatePair], by_id: dict, keeper_rule=KEEPER_RULE) -> list[DuplicateGroup]:
-    """Exact groups, near groups over the exact groups' keepers, scene groups over the near groups' keepers
-    (module docstring, step 4), numbered in that order."""
+    """Exact groups, the groups of a shot in two formats over the exact groups' keepers, near groups over their
+    keepers, scene groups over the near groups' keepers (module docstring), numbered in that order. A near or scene
+    pair of :func:`two_formats` is a ``formats`` pair there (``pairs`` are not changed)."""
+    pairs = [replace(p, kind="formats") if p.kind in ("near", "scene") and p.a in by_id and p.b in by_id
+             and two_formats(by_id[p.a]["path"], by_id[p.b]["path"]) else p for p in pairs]
     facts: dict = {}
 
     def image(i):

@@ -9,12 +9,15 @@ import html
 from pathlib import Path
 
 LABELS = {"exact": "exact copies (same bytes or pixels)",
+          "formats": "the same photograph in two formats (a camera's RAW file and its JPEG: kept together, never "
+                     "removed unless named)",
           "near": "near duplicates (the same photograph: resized, re-encoded, cropped, turned or retouched)",
           "scene": "same scene or object (different photographs: never removed unless named)"}
 
 _EXTRA_CSS = """
 h2{font-size:1em;margin:1.2em 0 .4em}
 section[data-kind=exact] h2{color:#0a5}
+section[data-kind=formats] h2{color:#555}
 section[data-kind=near] h2{color:#a60}
 section[data-kind=scene] h2{color:#36c}
 .frame{position:relative;display:inline-block}
@@ -89,7 +92,9 @@ def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_sid
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{GALLERY_CSS}{_EXTRA_CSS}</style>"
             f"</head>\n<body data-groups=\"{len(groups)}\"><h1>{html.escape(title)}</h1>"
-            f"<p class=\"meta\">{len(groups)} groups ({counts['exact']} exact, {counts['near']} near, "
+            f"<p class=\"meta\">{len(groups)} groups ({counts['exact']} exact, "
+            + (f"{counts['formats']} in two formats, " if counts["formats"] else "")
+            + f"{counts['near']} near, "
             f"{counts['scene']} same scene), {n_photos} photos</p>{''.join(parts)}</body></html>\n")
 
 

@@ -2,8 +2,11 @@
 // these?"). Plain JavaScript, no build; uses svgEl, baseName, csrfToken and request of app.js.
 "use strict";
 
-var DUP_KIND_LABEL = {exact: "exact copies", near: "near duplicates", scene: "same scene"};
-var DUP_MATCH_LABEL = {exact: "exact copy", near: "near duplicate", scene: "same scene"};
+var DUP_KIND_LABEL = {exact: "exact copies", formats: "the same photograph in two formats", near: "near duplicates",
+                      scene: "same scene"};
+var DUP_MATCH_LABEL = {exact: "exact copy", formats: "same photograph, other format", near: "near duplicate",
+                       scene: "same scene"};
+var DUP_OTHER_LABEL = {formats: "other format (kept)", scene: "other photo"};
 var DUP_TITLE = {move: "Move the extra copies", trash: "Move the extra copies to the trash",
                  link: "Replace the exact copies by links to their keepers"};
 var DUP_DONE = {move: "moved", trash: "moved to the trash", link: "replaced by links"};
@@ -72,7 +75,7 @@ function dupPhoto(group, im, keep) {
   fig.appendChild(frame);
   var cap = dupEl("figcaption");
   cap.appendChild(dupEl("span", {"class": im.keeper ? "badge keeper-badge" : "badge extra-badge"},
-                        im.keeper ? "keeper" : group.kind === "scene" ? "other photo" : "extra copy"));
+                        im.keeper ? "keeper" : DUP_OTHER_LABEL[group.kind] || "extra copy"));
   cap.appendChild(dupEl("span", {"class": "path", title: im.path}, " " + baseName(im.path)));
   cap.appendChild(dupEl("div", {"class": "folder", title: im.path}, dupFolder(im.path)));
   var facts = [(im.width && im.height) ? im.width + "\u00d7" + im.height : "? \u00d7 ?", dupSize(im.bytes),
@@ -81,7 +84,7 @@ function dupPhoto(group, im, keep) {
   cap.appendChild(dupEl("div", {"class": "facts"}, (im.date ? im.date.replace("T", " ") : "no date") +
                         (im.camera ? " \u00b7 " + im.camera : "")));
   if (im.error) { cap.appendChild(dupEl("div", {"class": "no"}, im.error)); }
-  if (!im.keeper && group.kind !== "scene" && keep) {
+  if (!im.keeper && !DUP_OTHER_LABEL[group.kind] && keep) {
     var button = dupEl("button", {type: "button", "class": "keep-this"}, "Keep this one");
     button.addEventListener("click", function () { keep(group, im); });
     cap.appendChild(button);
@@ -135,9 +138,10 @@ function retrievalDuplicatesPage() {
       state.keepers = {};
       list.textContent = "";
       res.groups.forEach(function (g) { list.appendChild(dupGroup(g, keep)); });
-      var n = {exact: 0, near: 0, scene: 0};
+      var n = {exact: 0, formats: 0, near: 0, scene: 0};
       res.groups.forEach(function (g) { n[g.kind] += 1; });
       status.textContent = res.groups.length ? res.groups.length + " groups: " + n.exact + " of exact copies, " +
+        (n.formats ? n.formats + " of a photograph in two formats (RAW and JPEG, kept together), " : "") +
         n.near + " of near duplicates, " + n.scene + " of the same scene (generation " + res.generation + ")"
         : "No duplicates (generation " + res.generation + ").";
       body.setAttribute("data-groups", String(res.groups.length));
