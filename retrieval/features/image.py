@@ -71,8 +71,8 @@ from retrieval.features.image_files import (  # noqa: F401 - the public names of
     opened,
     peek_image,
     register_image_plugins,
-    skip_reason,
 )
+from retrieval.features.skipped_files import skip_reason  # noqa: F401 - read from here too
 
 logger = logging.getLogger(__name__)
 

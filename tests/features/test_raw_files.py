@@ -30,14 +30,8 @@ from retrieval.features.image import (
     peek_image,
     skip_reason,
 )
-from retrieval.features.raw_files import (
-    RAW_EXTENSIONS,
-    RawPreview,
-    RawSource,
-    _cr3_ifds,
-    _raf_ifds,
-    is_raw_name,
-)
+from retrieval.features.raw_exif import _cr3_ifds, _raf_ifds
+from retrieval.features.raw_files import RAW_EXTENSIONS, RawPreview, RawSource, is_raw_name
 
 
 @pytest.fixture(scope="module")
