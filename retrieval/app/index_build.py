@@ -47,7 +47,7 @@ from retrieval.app.index_support import (
     progress_callback,
     skipped_summary,
 )
-from retrieval.app.store_forms import check_compact_features, compact_added, convert_store
+from retrieval.app.store_forms import check_compact_features, compact_added, convert_store, evidence_added
 from retrieval.app.write_model import (
     model_record,
     train_model,
@@ -311,6 +311,11 @@ class Writer:
         # 4b. the compact form the verification reads (retrieval.features.compact), written before the photos
         # are published so that a published photo is always verified the same
         compacted = compact_added(self, [hashes[p] for p in add_paths], rows)
+        # 4c. the verification evidence (search.verify_on evidence: retrieval.rerank.evidence), written before the
+        # photos are published for the same reason
+        evidence = getattr(backend.verifier, "evidence", None)
+        if evidence is not None:
+            evidence_added(store, key, evidence, [hashes[p] for p in add_paths])
         report.stage_seconds["encode"] = round(time.perf_counter() - t_stage, 3)
         t_stage = time.perf_counter()
         # 5. the new generation, then ONE catalog transaction (IndexFolder.publish; nothing raises after its commit)

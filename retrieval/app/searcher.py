@@ -28,6 +28,7 @@ import numpy as np
 
 from retrieval.app.query import Query
 from retrieval.app.rotations import with_rotations
+from retrieval.app.store_forms import stored_evidence
 from retrieval.core.cache import BytesLRU
 from retrieval.core.compiled import numba_loaded
 from retrieval.engine.backend import Backend
@@ -100,7 +101,7 @@ class Searcher:
         self.features_form = features_form
         self.config = backend.config
         self.verifier = backend.verifier   # built once with the model: the same object for every search
-        self._context = SearchContext(self.features_of, cache, self.verify_threads)
+        self._context = SearchContext(self.features_of, cache, self.verify_threads, self.local_features_of)
 
     def features_of(self, image_id: int):
         """The stored features of an indexed image of this generation (extracted again when the store lost them);
@@ -108,6 +109,20 @@ class Searcher:
         r = self.rows.get(int(image_id))
         if r is None:
             return _no_features(self.extractor)
+        model = getattr(self.verifier, "evidence", None)
+        if model is not None:   # search.verify_on evidence: the photo's evidence when it has some
+            ev = stored_evidence(self.store, self.extractor.config_key, model, r["hash"])
+            if ev is not None:
+                return ev
+        return self._local(r)
+
+    def local_features_of(self, image_id: int):
+        """The stored local features of an indexed image (what an encoder reads; :meth:`features_of` gives its
+        evidence instead when the index verifies on evidence)."""
+        r = self.rows.get(int(image_id))
+        return _no_features(self.extractor) if r is None else self._local(r)
+
+    def _local(self, r):
         f = self.store.get(r["hash"], self.extractor.config_key, prefer=self.features_form)
         return self.extractor(r["path"]) if f is None else f
 

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 from retrieval.app.catalog import SCAN_COLUMNS
 
-__all__ = ["COMPACT_CHOICES", "check_compact_features", "compact_added", "convert_store"]
+__all__ = ["COMPACT_CHOICES", "EVIDENCE_ARRAYS", "check_compact_features", "compact_added", "convert_store",
+           "evidence_added", "stored_evidence"]
+
+EVIDENCE_ARRAYS = ("words", "signatures", "centres", "shapes")
+"""The arrays of an image's verification evidence in the store (:class:`retrieval.rerank.evidence.Evidence`)."""
 
 COMPACT_CHOICES = (0, 16, 32)
 """Bytes of a stored descriptor's codes: 0 (the full form only), 16 or 32."""
@@ -72,3 +76,31 @@ def convert_store(index) -> dict:
     compacted = compact_added(index, [r[HASH] for r in rows])
     dropped = index.store.drop_full(index.extractor.config_key, compacted) if index.owns_store else 0
     return {"compact": len(compacted), "full_dropped": dropped}
+
+
+def evidence_added(store, config_key: str, model, hashes) -> int:
+    """Write the verification evidence (:mod:`retrieval.rerank.evidence`, under ``model``) of the photos ``hashes``
+    that lack it, from their stored features; returns how many were written. A sync calls it before it publishes
+    the photos, so that a published photo is always verified on its evidence."""
+    from retrieval.rerank.verifier import rootsift_descriptors
+
+    done = 0
+    for h in dict.fromkeys(hashes):
+        if store.evidence_path(h, config_key, model.key).is_file():
+            continue
+        f = store.get(h, config_key)
+        if f is None:
+            continue
+        desc = rootsift_descriptors(f.descriptors) if len(f) else None
+        ev = model.database(desc if desc is not None else [], f.frames, f.image_size)
+        store.put_evidence(h, config_key, model.key, ev.arrays())
+        done += 1
+    return done
+
+
+def stored_evidence(store, config_key: str, model, content_hash: str):
+    """The :class:`~retrieval.rerank.evidence.Evidence` of a photo under ``model``, or None when it has none."""
+    from retrieval.rerank.evidence import Evidence
+
+    arrays = store.get_evidence(content_hash, config_key, model.key, EVIDENCE_ARRAYS)
+    return None if arrays is None else Evidence.from_arrays(arrays)

@@ -67,13 +67,17 @@ def unrelated_pairs(groups, n: int, random_state: int = 0) -> np.ndarray:
 
 
 def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, progress=None, cells=None,
-                  query_features: int = 0, database_features=None) -> dict:
+                  query_features: int = 0, database_features=None, evidence=None) -> dict:
     """Tentative matches and :func:`verify` (``min_inliers=1``) of every pair (query image, database image); with
     ``cells`` (a :class:`~retrieval.rerank.cells.MatchCells` of the RootSIFT space), the matches of pairs of at least
     :data:`~retrieval.rerank.cells.EXACT_BELOW` comparisons are those of the probed test, as the verifier makes them;
     ``query_features`` > 0: the query side keeps its largest features, as the presets'
     ``search.verify_query_features`` makes it. ``database_features``: the database side of each pair read from these
-    instead (the same images as a compact feature store returns them, for instance).
+    instead (the same images as a compact feature store returns them, for instance). ``evidence`` (an
+    :class:`~retrieval.rerank.evidence.EvidenceModel`): the database side of each pair is its evidence, matched and
+    decided as the verifier does (:class:`~retrieval.rerank.evidence.EvidenceRule` with ``min_inliers`` 1 and no
+    weight threshold), all of the query's features; the pair's ``evidence`` is then its inliers' Hamming weight
+    (0 when the model is not sane or spread).
 
     Returns
     -------
@@ -85,6 +89,8 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
     from retrieval.rerank.verifier import Verifier
 
     params = {**(verify_params or {}), "min_inliers": 1}
+    if evidence is not None:
+        return _pair_weights(features, pairs, evidence, params, progress)
     matcher = Verifier(ratio=ratio, cells=cells)    # the verifier's matching (RootSIFT; probed with cells)
     queries, databases = {}, {}
 
@@ -124,10 +130,60 @@ def pair_evidence(features, pairs, *, ratio: float = 0.85, verify_params=None, p
     return out
 
 
+def _pair_weights(features, pairs, model, params, progress) -> dict:
+    """:func:`pair_evidence` on the evidence of the database side (its ``evidence`` branch)."""
+    from dataclasses import replace
+
+    from retrieval.rerank.evidence import EvidenceRule, hamming_weights
+    from retrieval.rerank.verifier import Verifier
+
+    rule = replace(EvidenceRule(), min_weight=0.0)   # the inliers' floor of the rule; every weight reported
+    matcher = Verifier(evidence=model, rule=rule)
+    queries, databases = {}, {}
+
+    def query(i):
+        if i not in queries:
+            queries[i] = matcher.query_side(features[i])
+        return queries[i]
+
+    def database(i):
+        if i not in databases:
+            f = features[i]
+            described = matcher.described(f, roles=())
+            databases[i] = matcher.database_side(model.database(
+                rootsift_like(f), described.frames, f.image_size))
+        return databases[i]
+
+    p = len(pairs)
+    out = {k: np.zeros(p, np.int64) for k in ("tentative", "inliers", "probed")}
+    out["evidence"] = np.zeros(p)
+    out["seconds"] = np.zeros(p)
+    for n, (a, b) in enumerate(pairs):
+        q, db = query(a), database(b)
+        t0 = time.perf_counter()
+        m, dist = matcher.evidence_matches(q, db)
+        v = verify(q.evidence.frames, db.frames, m, **{**params, "min_inliers": rule.min_inliers})
+        out["seconds"][n] = time.perf_counter() - t0
+        out["tentative"][n] = len(m)
+        out["inliers"][n] = v.inliers
+        if v.verified and len(m):
+            out["evidence"][n] = float(hamming_weights(dist[np.asarray(v.inlier_mask, bool)], rule.sigma).sum())
+        if progress is not None:
+            progress(n + 1, p)
+    return out
+
+
+def rootsift_like(features) -> np.ndarray:
+    """The RootSIFT descriptors (float32) of :class:`LocalFeatures`, what the evidence describes."""
+    from retrieval.rerank.verifier import rootsift_descriptors
+
+    return rootsift_descriptors(features.descriptors) if len(features) else np.zeros((0, 128), np.float32)
+
+
 def tradeoff(evidence_unrelated, evidence_true, thresholds) -> list[dict]:
     """Rates of verified pairs (evidence >= t) for every threshold ``t``: false (unrelated) and true."""
     u, t = np.asarray(evidence_unrelated), np.asarray(evidence_true)
-    return [{"min_inliers": int(k), "false_verified": int((u >= k).sum()),
+    return [{"min_inliers": k if isinstance(k, float) else int(k), "false_verified": int((u >= k).sum()),
              "false_rate": float((u >= k).mean()) if len(u) else 0.0,
              "true_verified": int((t >= k).sum()), "true_rate": float((t >= k).mean()) if len(t) else 0.0}
             for k in thresholds]
@@ -196,7 +252,7 @@ def shortlist_speed(features, groups, *, n_queries: int = 20, shortlist: int = 5
 def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, random_state: int = 0,
                  ratio: float = 0.85, thresholds=range(4, 21), min_inliers: int = DEFAULT_MIN_INLIERS,
                  speed_queries: int = 20, progress=None, match_cells: bool = False, query_features: int = 0,
-                 compact_features: int = 0) -> dict:
+                 compact_features: int = 0, evidence_words: int = 0) -> dict:
     """False- and true-verification rates on UKBench and Holidays, the trade-off over ``thresholds`` and the
     shortlist speed (see the module doc). ``n_unrelated`` unrelated pairs in all, half from each set.
     ``match_cells``: tentative matches as a verifier with match cells makes them (cells learnt on 200,000 RootSIFT
@@ -204,6 +260,10 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
     side of each pair keeps its largest features (the presets' ``search.verify_query_features``; 0: all).
     ``compact_features`` (16 or 32): the database side of each pair as a compact feature store returns it, with a
     codebook of that many bytes learnt on the features of both sets (as an index learns it on its photos).
+    ``evidence_words`` > 0: the database side of each pair is its evidence (:mod:`retrieval.rerank.evidence`: that
+    many words and 64-bit signatures learnt on the RootSIFT of both sets), decided by its inliers' Hamming weight:
+    ``min_inliers`` is then the weight threshold (:attr:`EvidenceRule.min_weight
+    <retrieval.rerank.evidence.EvidenceRule.min_weight>`) and ``thresholds`` are weights.
 
     Features: the ``features`` section of the ``default`` preset (Hessian-affine, ``max_side`` 1024), read from
     or written to ``store`` (a :class:`FeatureStore`).
@@ -214,7 +274,13 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
     """
     extractor = FeatureExtractor("hesaff", max_side=1024)
     sets = {"ukbench": ukbench_groups(ukbench), "holidays": holidays_groups(holidays)}
-    out = {"ratio": ratio, "min_inliers": int(min_inliers), "random_state": int(random_state),
+    if evidence_words:
+        from retrieval.rerank.evidence import EvidenceRule
+
+        min_inliers = EvidenceRule().min_weight
+        thresholds = [round(0.125 * k, 3) for k in range(4, 33)]
+    out = {"ratio": ratio, "min_inliers": min_inliers if evidence_words else int(min_inliers),
+           "random_state": int(random_state),
            "query_features": int(query_features), "sets": {}}
     all_u, all_t = [], []
     feats_of = {name: [store.get_or_extract(p, extractor) if store is not None else extractor(p) for p in paths]
@@ -225,6 +291,13 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
 
         cells = train_cells([f for fs in feats_of.values() for f in fs], True, random_state)
         out["match_cells"] = {"cells": len(cells.centres), "probes": cells.probes}
+    model = None
+    if evidence_words:
+        from retrieval.rerank.evidence import EvidenceModel
+
+        model = EvidenceModel.learn(np.concatenate([rootsift_like(f) for fs in feats_of.values() for f in fs]),
+                                    n_words=int(evidence_words), bits=64, random_state=random_state)
+        out["evidence"] = {"words": int(evidence_words), "bits": 64, "rule": vars(EvidenceRule()).copy()}
     stored = feats_of
     if compact_features:
         from retrieval.features.compact import DescriptorCodebook, as_stored
@@ -239,7 +312,7 @@ def bench_verify(ukbench, holidays, *, store=None, n_unrelated: int = 20000, ran
         pu = unrelated_pairs(groups, n, random_state + k)
         pt = true_pairs(groups)
         kw = {"ratio": ratio, "progress": progress, "cells": cells, "query_features": query_features,
-              "database_features": stored[name]}
+              "database_features": stored[name], "evidence": model}
         eu, et = pair_evidence(feats, pu, **kw), pair_evidence(feats, pt, **kw)
         all_u.append(eu["evidence"])
         all_t.append(et["evidence"])

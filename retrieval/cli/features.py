@@ -323,10 +323,14 @@ def bench_match_cmd(data, detector, max_side, rotation_invariant, plain, feature
 @click.option("--compact-features", type=click.Choice(["0", "16", "32"]), default="0", show_default=True,
               help="The database side of each pair as a compact feature store returns it (codes of this many bytes "
                    "a descriptor, the codebook learnt on both sets); 0: the full features.")
+@click.option("--evidence-words", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The database side of each pair as its verification evidence (visual words of a vocabulary of "
+                   "this many words and 64-bit Hamming signatures, learnt on both sets; frames in 12 bytes), "
+                   "decided by the inliers' Hamming weight; 0: descriptors and the ratio test.")
 @json_option()
 @click.pass_context
 def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, feature_store, match_cells,
-                     query_features, compact_features, as_json):
+                     query_features, compact_features, evidence_words, as_json):
     """Geometric verification: false- and true-verification rates on real pairs, trade-off table, speed."""
     from retrieval.bench.verify import bench_verify
     from retrieval.core.progress import callback_for, progress_bar
@@ -336,7 +340,7 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
         res = bench_verify(ukbench, holidays, store=FeatureStore(feature_store) if feature_store else None,
                            n_unrelated=n_unrelated, random_state=seed, speed_queries=speed_queries,
                            progress=callback_for(bar), match_cells=match_cells, query_features=query_features,
-                           compact_features=int(compact_features))
+                           compact_features=int(compact_features), evidence_words=evidence_words)
     if as_json:
         click.echo(json.dumps(res, ensure_ascii=False))
         return
@@ -346,13 +350,15 @@ def bench_verify_cmd(ctx, ukbench, holidays, n_unrelated, seed, speed_queries, f
                    f"verified ({100 * r['true_rate']:.1f} %); {r['verify_ms_per_pair']:.2f} ms per pair; "
                    f"{r['probed_pairs']} pairs by the probed test")
     a = res["all"]
+    decision = "min_weight" if "evidence" in res else "min_inliers"
     click.echo(f"all: {a['unrelated_pairs']} unrelated pairs, false-verification rate {100 * a['false_rate']:.3f} % "
-               f"at min_inliers {res['min_inliers']}; true-verification rate {100 * a['true_rate']:.1f} %")
-    click.echo("min_inliers  false (all)  true UKBench  true Holidays")
+               f"at {decision} {res['min_inliers']}; true-verification rate {100 * a['true_rate']:.1f} %")
+    click.echo(f"{decision:>11s}  false (all)  true UKBench  true Holidays")
     for k, row in enumerate(a["tradeoff"]):
         u, h = res["sets"]["ukbench"]["tradeoff"][k], res["sets"]["holidays"]["tradeoff"][k]
-        click.echo(f"{row['min_inliers']:11d}  {100 * row['false_rate']:9.3f} %  {100 * u['true_rate']:10.1f} %  "
-                   f"{100 * h['true_rate']:11.1f} %")
+        click.echo(f"{row['min_inliers']:>11}  {row['false_verified']:5d} {100 * row['false_rate']:7.3f} %  "
+                   f"{u['true_verified']:4d} {100 * u['true_rate']:5.1f} %  {h['true_verified']:4d} "
+                   f"{100 * h['true_rate']:5.1f} %")
     if "speed" in res:
         s = res["speed"]
         click.echo(f"speed ({s['queries']} shortlists of {s['shortlist']}, one core): ours "

@@ -31,6 +31,9 @@ def plain_sentence(param: str, e: dict) -> str:
     if param == "projection.n_components" and used is None:
         return (f"{SMALL}photo descriptions are kept at full length instead of being shortened (that needs at "
                 f"least {2 * int(was):,} photos to learn from).")
+    if param == "search.evidence_words" and used is not None:
+        return (f"{SMALL}photos are checked against a smaller vocabulary of {used:,} words ({was:,} for a large "
+                f"folder).")
     if param == "index.bits" and used is not None:
         return f"{SMALL}each photo is summarised in {used // 8} bytes instead of {was // 8}."
     if param in ("index.nbits", "index.M"):

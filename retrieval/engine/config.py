@@ -207,6 +207,14 @@ class SearchConfig(Section):
                              "the verification (retrieval.rerank.cells); 0: the exact test against every descriptor", low=0)
     verify_query_features: int = setting(0, "the verification matches at most this many of the query's features, "
                                       "of largest scale (the database side keeps all); 0: all", low=0)
+    verify_on: str = setting("descriptors", "global: what the verification reads of an indexed photo: descriptors "
+                          "(its stored features, Lowe's ratio test) or evidence (its visual words, 64-bit Hamming "
+                          "signatures and frames, about 24 bytes a feature, matched with all of the query's "
+                          "features: retrieval.rerank.evidence)", kind=str, choices=("descriptors", "evidence"),
+                          used=when_kinds("global"))
+    evidence_words: int = setting(20_000, "verify_on evidence: words of the evidence vocabulary (approximate "
+                               "k-means on the training descriptors)", low=2,
+                               used=lambda section, kind: section.verify_on == "evidence")
     verify_patience: int = setting(0, "global, binary: the shortlist is verified in first-stage order and verification stops after this many unverified results in a row (0: the whole shortlist)", low=0, used=when_kinds("global", "binary"))
     verify_enough: int = setting(0, "global, binary: the shortlist is verified in first-stage order and verification stops once this many results have verified; those not checked follow the verified ones (0: the whole shortlist)", low=0, used=when_kinds("global", "binary"))
     verify_top: int = setting(50, "object: the first results (of the exact re-ranking of object_search.shortlist) "

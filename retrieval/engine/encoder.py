@@ -42,6 +42,13 @@ def sample_descriptors(descriptor_arrays: Sequence[np.ndarray], max_total: int, 
     return np.concatenate(out, axis=0)
 
 
+EVIDENCE_DESCRIPTORS = 1_000_000
+"""Training descriptors sampled for the evidence vocabulary and its medians (more than the local PCA's: 50 a word
+at 20,000 words)."""
+EVIDENCE_PER_WORD = 20
+"""Small collections: the evidence vocabulary is capped at its training descriptors / this."""
+
+
 class GlobalEncoder:
     """RootSIFT -> LocalPCA -> Fisher/VLAD/BoW -> (PCA) -> L2 (module docstring).
 
@@ -59,7 +66,7 @@ class GlobalEncoder:
         self.aggregator = None
         self.projection = None
         self.match_cells = None
-
+        self.evidence = None   # the verification's evidence model (search.verify_on evidence)
 
     # ------------------------------------------------------------------ training
     def _fit_vocabulary(self, X: np.ndarray, rng):
@@ -94,6 +101,7 @@ class GlobalEncoder:
         # first, without a float32 copy of every training descriptor)
         descs = [np.asarray(features_of(i).descriptors) for i in range(n_images)]
         X = np.asarray(root_sift(sample_descriptors(descs, cfg.training.max_descriptors, rng)), np.float32)
+        self.evidence = self._fit_evidence(descs) if cfg.search.verify_on == "evidence" else None
         del descs
         lp = cfg.local_pca
         n_comp = min(lp.n_components, X.shape[1])
@@ -126,6 +134,23 @@ class GlobalEncoder:
                                  f"the PCA to {n_out} dimensions needs {2 * n_out} training images, got "
                                  f"{n_images}: the aggregated vectors keep their full dimension D")
 
+    def _fit_evidence(self, descs):
+        """The evidence model (:mod:`retrieval.rerank.evidence`) of ``search.evidence_words`` words, learnt on a
+        sample of the training descriptors (RootSIFT) of at most :data:`EVIDENCE_DESCRIPTORS`, seeded apart (the
+        model's other parts unchanged)."""
+        from retrieval.rerank.evidence import EvidenceModel
+
+        cfg = self.config
+        seed = int(cfg.training.random_state)
+        X = np.asarray(root_sift(sample_descriptors(descs, EVIDENCE_DESCRIPTORS, np.random.default_rng(seed))),
+                       np.float32)
+        words = min(int(cfg.search.evidence_words), max(2, len(X) // EVIDENCE_PER_WORD))
+        if words < cfg.search.evidence_words:
+            record_reduction(self.effective, self.preset["name"], "search.evidence_words", cfg.search.evidence_words,
+                             words, f"{len(X)} training descriptors support at most {words} evidence words "
+                             f"({EVIDENCE_PER_WORD} a word)")
+        return EvidenceModel.learn(X, n_words=words, bits=64, random_state=seed)
+
     def _aggregate_chunks(self, features_of, n_images: int, chunk: int = 64):
         """The aggregated vectors (before the global PCA) of the training images, ``chunk`` images at a time (the
         features of one chunk in memory, not of every training image)."""
@@ -151,6 +176,8 @@ class GlobalEncoder:
         if self.projection is not None:
             self.projection.save(folder / "projection.npz")
             files.append("projection.npz")
+        if self.evidence is not None:
+            files += self.evidence.save(folder)
         return files
 
     def load(self, folder: Path, info: dict) -> None:
@@ -160,6 +187,11 @@ class GlobalEncoder:
         self.projection = load_estimator(folder / "projection.npz") if "projection.npz" in info["files"] else None
         # models learnt before the match cells existed verify with the exact ratio test
         self.match_cells = MatchCells.load(folder / "match_cells.npz") if "match_cells.npz" in info["files"] else None
+        self.evidence = None
+        if "evidence.npz" in info["files"]:
+            from retrieval.rerank.evidence import EvidenceModel
+
+            self.evidence = EvidenceModel.load(folder)
 
     @property
     def dim(self) -> int:

@@ -97,7 +97,7 @@ class GlobalBackend(Backend):
         s = self.config.search
         self.verifier = Verifier(ratio=s.ratio, min_inliers=s.min_inliers, describe=self.encoder.describe,
                                  cells=with_probes(self.encoder.match_cells, s.match_probes),
-                                 query_features=s.verify_query_features)
+                                 query_features=s.verify_query_features, evidence=self.encoder.evidence)
         self.trained = True
 
     @property
@@ -194,5 +194,5 @@ class GlobalBackend(Backend):
             hits = average_query_expansion(
                 q, hits, {h.id: h for h in checked}, n_qe, depth=depth, shortlist=shortlist, verify=verify,
                 first_stage=lambda v, n, **kw: self.first_stage(v, n, **kw, **stage_options),
-                vectors_of=lambda ids: self.vectors_of(ids, context.get_features))
+                vectors_of=lambda ids: self.vectors_of(ids, context.local_features))
         return hits[:k]

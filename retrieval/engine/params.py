@@ -184,8 +184,15 @@ class SearchContext:
     """The means of one search call, which are not parameters of the search: ``get_features(id)`` the stored
     features of an indexed image, ``cache`` the described images kept across searches (a thread-safe
     :class:`retrieval.core.cache.BytesLRU`, or None), ``threads`` the images verified side by side (the outcome
-    does not depend on it)."""
+    does not depend on it); ``get_local(id)`` the stored local features of an indexed image when ``get_features``
+    may give what the verifier reads instead (its evidence, :mod:`retrieval.rerank.evidence`; None: the same)."""
 
     get_features: Callable
     cache: object = None
     threads: int = 1
+    get_local: Callable | None = None
+
+    @property
+    def local_features(self) -> Callable:
+        """``id -> LocalFeatures`` (what an encoder reads)."""
+        return self.get_local or self.get_features

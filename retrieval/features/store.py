@@ -8,6 +8,9 @@ Layout (format ``retrieval-features``; docs/formats.md)::
     FOLDER/<config_key>/<h[:2]>/<h>.c.npz        one image in compact form (version 2): xy (n, 2) uint16,
                                                  shape (n, 4) float16, codes (n, 16) uint8, image_size, __header__
                                                  (with the digest of its codebook)
+    FOLDER/<config_key>/<h[:2]>/<h>.e-<m>.npz    one image's verification evidence under the evidence model m
+                                                 (version 3): words, signatures, centres, shapes, image_size,
+                                                 __header__ (retrieval.rerank.evidence)
     FOLDER/<config_key>/codebooks/<digest>.npy   the descriptor codebooks compact entries name
     FOLDER/<config_key>/codebook.json            the codebook new compact entries use (the first one learnt)
 
@@ -52,6 +55,7 @@ logger = logging.getLogger(__name__)
 STORE_FORMAT = "retrieval-features"
 STORE_FORMAT_VERSION = 1
 COMPACT_FORMAT_VERSION = 2
+EVIDENCE_FORMAT_VERSION = 3
 FORMS = ("full", "compact")
 
 
@@ -288,6 +292,35 @@ class FeatureStore:
             except OSError:
                 continue
         return 0
+
+    # ------------------------------------------------------------------ verification evidence
+    def evidence_path(self, content_hash: str, config_key: str, model_key: str) -> Path:
+        """Path of the verification evidence of ``content_hash`` computed with the evidence model ``model_key``
+        (:mod:`retrieval.rerank.evidence`): ``<h>.e-<model_key>.npz`` beside the image's other entries."""
+        if not isinstance(model_key, str) or not model_key.isalnum():
+            raise ValueError(f"model_key must be an alphanumeric string; got {model_key!r}.")
+        full = self.entry_path(content_hash, config_key)
+        return full.with_name(f"{full.name[:-len('.npz')]}.e-{model_key}.npz")
+
+    def put_evidence(self, content_hash: str, config_key: str, model_key: str, arrays: dict) -> Path:
+        """Write an image's evidence (its arrays, ``image_size`` among them) atomically."""
+        arrays = dict(arrays)
+        size = arrays.pop("image_size")
+        header = {"format": STORE_FORMAT, "format_version": EVIDENCE_FORMAT_VERSION, "config_key": config_key,
+                  "content_hash": content_hash, "evidence_model": model_key}
+        return _write_npz(self.evidence_path(content_hash, config_key, model_key), header, image_size=size, **arrays)
+
+    def get_evidence(self, content_hash: str, config_key: str, model_key: str, names) -> dict | None:
+        """The arrays ``names`` (and ``image_size``) of an image's evidence; None when absent or damaged (a damaged
+        entry is logged and removed)."""
+        path = self.evidence_path(content_hash, config_key, model_key)
+        got = _read_entry(path, config_key, names, EVIDENCE_FORMAT_VERSION)
+        if got is None:
+            return None
+        header, arrays, size = got
+        if header.get("evidence_model") != model_key:
+            return None
+        return {**dict(zip(names, arrays, strict=True)), "image_size": np.asarray(size, np.int64)}
 
     def save_file(self, path, features: LocalFeatures) -> Path:
         """Alias of :func:`save_features` (one entry written to an arbitrary path)."""

@@ -34,10 +34,18 @@ from retrieval.features.frames import largest
 from retrieval.features.rootsift import root_sift
 from retrieval.rerank.boxes import project_box
 from retrieval.rerank.cells import EXACT_BELOW, MatchCells, probed_matches
+from retrieval.rerank.evidence import (
+    Evidence,
+    EvidenceModel,
+    EvidenceRule,
+    QueryEvidence,
+    evidence_matches,
+    hamming_weights,
+)
 from retrieval.rerank.matching import tentative_matches
 from retrieval.rerank.verification import DEFAULT_MIN_INLIERS, Verification, verify
 
-__all__ = ["Described", "Outcome", "Verifier", "rootsift_descriptors"]
+__all__ = ["Described", "Outcome", "StoredEvidence", "Verifier", "rootsift_descriptors"]
 
 
 def rootsift_descriptors(descriptors) -> np.ndarray:
@@ -59,11 +67,29 @@ class Described:
     image_size: tuple[int, int]
     probes: tuple | None = None
     cells: tuple | None = None
+    evidence: QueryEvidence | None = None
 
     @property
     def nbytes(self) -> int:
         extra = sum(a.nbytes for part in (self.probes, self.cells) if part is not None for a in part)
         return int(self.frames.nbytes + self.descriptors.nbytes + extra + 64)
+
+
+@dataclass(frozen=True)
+class StoredEvidence:
+    """A database side read from its evidence (:class:`~retrieval.rerank.evidence.Evidence`), its frames
+    unpacked once."""
+
+    evidence: Evidence
+    frames: np.ndarray
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.evidence.image_size
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.evidence.nbytes + self.frames.nbytes + 64)
 
 
 @dataclass(frozen=True)
@@ -95,7 +121,11 @@ class Verifier:
     cells : :class:`MatchCells` of the described space, or None: the exact ratio test on every pair
     query_features : int — at most this many of a query's features are matched, those of largest scale (0: all;
         the presets' ``search.verify_query_features``); the database side keeps all of its features, so the ratio
-        test of each query feature is the same
+        test of each query feature is the same. Not applied to pairs verified on evidence (all features matched).
+    evidence : :class:`~retrieval.rerank.evidence.EvidenceModel` or None — with it, a database image stored as its
+        evidence (``get_features`` returns an :class:`~retrieval.rerank.evidence.Evidence`) is matched by words
+        and signatures (:func:`~retrieval.rerank.evidence.evidence_matches`) with all of the query's features
+    rule : :class:`~retrieval.rerank.evidence.EvidenceRule` — how those pairs are matched and decided
     """
 
     ratio: float = 0.85
@@ -103,6 +133,8 @@ class Verifier:
     describe: Callable | None = None
     cells: MatchCells | None = None
     query_features: int = 0
+    evidence: EvidenceModel | None = None
+    rule: EvidenceRule = EvidenceRule()
 
     def described(self, features, roles=("query", "database")) -> Described:
         """The frames and compared descriptors of :class:`LocalFeatures`, placed in the match cells for ``roles``.
@@ -120,8 +152,15 @@ class Verifier:
 
     def query_side(self, features) -> Described:
         """A query's side of its pairs: its :attr:`query_features` largest features, described; placed in the match
-        cells by :meth:`check_many` when a pair needs it."""
-        return self.described(largest(features, self.query_features), roles=())
+        cells by :meth:`check_many` when a pair needs it. With an evidence model, also all of its features'
+        evidence (:meth:`EvidenceModel.query`), what the pairs with an image stored as evidence match."""
+        side = self.described(largest(features, self.query_features), roles=())
+        if self.evidence is None:
+            return side
+        with single_threaded_blas():
+            rs = rootsift_descriptors(features.descriptors) if len(features) else np.zeros((0, 128), np.float32)
+            q = self.evidence.query(rs, np.asarray(features.frames, np.float32).reshape(-1, 6), self.rule.multiple)
+        return Described(side.frames, side.descriptors, side.image_size, side.probes, side.cells, q)
 
     def side(self, frames, desc, image_size, roles=("query", "database")) -> Described:
         """One side of a pair from frames and descriptors already described, placed in the cells (when there are,
@@ -136,7 +175,14 @@ class Verifier:
         """The described database image ``image_id`` (``get_features(id)``), kept in ``cache`` under
         ``("described", id)`` (the caller guarantees an id always names the same content)."""
         return cached(cache, ("described", int(image_id)),
-                      lambda: self.described(get_features(int(image_id)), roles=("database",)), lambda v: v.nbytes)
+                      lambda: self.database_side(get_features(int(image_id))), lambda v: v.nbytes)
+
+    def database_side(self, stored):
+        """A database image's side from what the store returned: its evidence as it is (frames unpacked), or its
+        features described."""
+        if isinstance(stored, Evidence):
+            return StoredEvidence(stored, stored.frames)
+        return self.described(stored, roles=("database",))
 
     def probes_pair(self, n_query: int, n_db: int) -> bool:
         """Whether a pair of ``n_query`` and ``n_db`` described features is large enough for the probed test (this
@@ -151,9 +197,12 @@ class Verifier:
         return query.probes is not None and db.cells is not None and \
             len(query.descriptors) * len(db.descriptors) >= EXACT_BELOW
 
-    def matches(self, query: Described, db: Described) -> np.ndarray:
+    def matches(self, query: Described, db) -> np.ndarray:
         """The tentative matches of a pair, (m, 2) int64 (query index, database index): the probed test or the
-        exact one (module docstring, step 2)."""
+        exact one (module docstring, step 2); for a database side stored as evidence, the words and signatures
+        shared with the query (all of its features)."""
+        if isinstance(db, StoredEvidence):
+            return self.evidence_matches(query, db)[0]
         if self.probed(query, db):
             return probed_matches(query.descriptors, query.probes[0], db.descriptors, db.cells[0], db.cells[1],
                                   ratio=self.ratio, query_bound=query.probes[1])
@@ -161,13 +210,30 @@ class Verifier:
             return tentative_matches(query.descriptors, db.descriptors, ratio=self.ratio)
         return np.empty((0, 2), np.int64)
 
-    def check(self, query: Described, db: Described, query_box) -> Outcome:
+    def evidence_matches(self, query: Described, db: StoredEvidence) -> tuple[np.ndarray, np.ndarray]:
+        """The tentative matches of a pair whose database side is stored as evidence, and their Hamming
+        distances (:func:`~retrieval.rerank.evidence.evidence_matches` with :attr:`rule`)."""
+        if query.evidence is None:
+            raise ValueError("a database image stored as evidence needs a verifier with its evidence model.")
+        r = self.rule
+        return evidence_matches(query.evidence, db.evidence, r.hamming, ratio=r.ratio, mutual=r.mutual)
+
+    def check(self, query: Described, db, query_box) -> Outcome:
         """The verdict on ``query`` (the features searched: inside the box) against ``db``; ``query_box`` is projected
-        into the database image when the pair verifies."""
-        matches = self.matches(query, db)
-        v = verify(query.frames, db.frames, matches, min_inliers=self.min_inliers)
-        box = project_box(query_box, v.transform, db.image_size) if v.verified else None
-        return Outcome(bool(v.verified and box is not None), int(v.inliers), box, v, matches)
+        into the database image when the pair verifies. A database side stored as evidence is decided by
+        :attr:`rule` (its inliers' Hamming weights), any other by ``min_inliers``."""
+        if isinstance(db, StoredEvidence):
+            matches, distances = self.evidence_matches(query, db)
+            v = verify(query.evidence.frames, db.frames, matches, min_inliers=self.rule.min_inliers)
+            weight = float(hamming_weights(distances[np.asarray(v.inlier_mask, bool)], self.rule.sigma).sum()) \
+                if len(matches) else 0.0
+            ok = bool(v.verified) and weight >= self.rule.min_weight
+        else:
+            matches = self.matches(query, db)
+            v = verify(query.frames, db.frames, matches, min_inliers=self.min_inliers)
+            ok = bool(v.verified)
+        box = project_box(query_box, v.transform, db.image_size) if ok else None
+        return Outcome(bool(ok and box is not None), int(v.inliers), box, v, matches)
 
     def check_many(self, query: Described, image_ids, query_box, get_features: Callable, *,
                    cache: BytesLRU | None = None, threads: int = 1) -> list[Outcome]:
@@ -187,7 +253,7 @@ class Verifier:
         placed, lock = {}, threading.Lock()
 
         def query_for(db):
-            if self.cells is None or query.probes is not None or \
+            if self.cells is None or query.probes is not None or isinstance(db, StoredEvidence) or \
                     not self.probes_pair(len(query.descriptors), len(db.descriptors)):
                 return query
             with lock:
