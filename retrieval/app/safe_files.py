@@ -79,6 +79,12 @@ def home_trash() -> Path:
     return Path(data if os.path.isabs(data) else os.path.expanduser("~/.local/share")) / "Trash"
 
 
+def same_device(path, folder) -> bool:
+    """True when the file ``path`` is on the filesystem of the folder ``folder`` (or of its nearest existing
+    parent): a move between them is a rename, which frees no space."""
+    return _same_device(str(path), Path(folder))
+
+
 def _same_device(path: str, folder: Path) -> bool:
     """True when ``path`` is on the filesystem of ``folder`` (or of its nearest existing parent)."""
     while not folder.exists() and folder != folder.parent:

@@ -10,8 +10,10 @@ from retrieval.cli.groups import main, quiet_requested
 from retrieval.cli.options import check_output_extension
 from retrieval.cli.output import format_options
 
-GROUP_COLUMNS = ["group", "kind", "keeper", "id", "width", "height", "bytes", "format", "date", "camera", "path"]
-"""Columns of ``retrieval duplicates --format csv`` (one row per photo)."""
+GROUP_COLUMNS = ["group", "kind", "keeper", "id", "width", "height", "bytes", "format", "date", "camera", "path",
+                 "hard_link"]
+"""Columns of ``retrieval duplicates --format csv`` (one row per photo; ``hard_link``: the keeper's own file under
+another name, not an extra copy)."""
 
 AGAINST_COLUMNS = ["path", "kind", "matches"]
 
@@ -144,7 +146,8 @@ def _find(idx, options, rule, ctx):
 def _print_groups(groups, acted, out, ctx, idx) -> None:
     rows = [{"group": g.group, "kind": g.kind, "keeper": im["keeper"], "id": im["id"], "width": im["width"],
              "height": im["height"], "bytes": im["bytes"], "format": im["format"], "date": im["date"],
-             "camera": im["camera"], "path": im["path"]} for g in groups for im in g.images]
+             "camera": im["camera"], "path": im["path"], "hard_link": im.get("hard_link", False)}
+            for g in groups for im in g.images]
     why = {g.group: g.keeper_reason for g in groups}
 
     def table():
@@ -153,12 +156,15 @@ def _print_groups(groups, acted, out, ctx, idx) -> None:
         click.echo("group  kind     keep    id  resolution        size  format  date                 path")
         for r in rows:
             res = f"{r['width']}x{r['height']}" if r["width"] else "?"
-            reason = f"   (kept: {why[r['group']]})" if r["keeper"] else ""
+            reason = f"   (kept: {why[r['group']]})" if r["keeper"] else \
+                "   (a hard link of the keeper: no space of its own)" if r["hard_link"] else ""
             click.echo(f"{r['group']:5d}  {r['kind']:7}  {'*' if r['keeper'] else ' ':4}  {r['id']:>4}  {res:>10}  "
                        f"{human_bytes(r['bytes']):>10}  {(r['format'] or '?'):6}  {(r['date'] or '-'):19}  "
                        f"{r['path']}{reason}")
 
-    extras = [im["path"] for g in groups if g.kind in acted for im in g.images if not im["keeper"]]
+    extras = [im["path"] for g in groups if g.kind in acted for im in g.images
+              if not im["keeper"] and not im.get("hard_link")]
+    links = sum(bool(im.get("hard_link")) for g in groups for im in g.images)
     if out.fmt == "jsonl":
         out.lines([g.to_json() for g in groups])
     else:
@@ -170,7 +176,9 @@ def _print_groups(groups, acted, out, ctx, idx) -> None:
                    + (f"{counts['formats']} the same photograph in two formats (kept together), "
                       if counts["formats"] else "")
                    + f"{counts['near']} near, {counts['scene']} same scene; "
-                   f"{len(extras)} extra copies ({', '.join(acted)})", err=True)
+                   f"{len(extras)} extra copies ({', '.join(acted)})"
+                   + (f", {links} {'hard link' if links == 1 else 'hard links'} of a keeper (no space of "
+                      f"{'its' if links == 1 else 'their'} own)" if links else ""), err=True)
 
 
 def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None:
@@ -199,8 +207,7 @@ def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None
         plan_path = folder / f"plan-{time.strftime('%Y%m%d-%H%M%S')}-{action}.json"
     summary = apply_plan(idx, plan, plan_path=str(plan_path))
     click.echo(f"{summary['done']} files {action}d, {summary['skipped']} skipped, {summary['failed']} failed; "
-               f"{summary['bytes_freed'] / 1e6:.1f} MB freed. Undo: retrieval duplicates --index {idx.path} "
-               f"--undo {plan_path}", err=True)
+               f"{summary['freed']}. Undo: retrieval duplicates --index {idx.path} --undo {plan_path}", err=True)
     if summary["failed"]:
         ctx.exit(1)
 
@@ -244,8 +251,15 @@ def _against(idx, against, options, out, ctx) -> None:
     def table():
         click.echo("kind   matches  path")
         for d in docs:
-            first = d["matches"][0]["path"] if d["matches"] else ""
-            click.echo(f"{d['kind'] or '-':5}  {len(d['matches']):7d}  {d['path']}" + (f"  ->  {first}" if first else ""))
+            if not d["matches"]:
+                click.echo(f"{'-':5}  {0:7d}  {d['path']}")
+            kinds = [k for k in KINDS if any(m["kind"] == k for m in d["matches"])]
+            for n, kind in enumerate(kinds):        # one line per match: the count of each kind, then its paths
+                of_kind = [m["path"] for m in d["matches"] if m["kind"] == kind]
+                for i, match in enumerate(of_kind):
+                    head = f"{kind:5}  {len(of_kind):7d}" if i == 0 else " " * 14
+                    shown = d["path"] if n == 0 and i == 0 else " " * len(d["path"])
+                    click.echo(f"{head}  {shown}  ->  {match}")
 
     present = [d["path"] for d in docs if d["kind"] is not None]
     if out.fmt == "jsonl":

@@ -81,7 +81,7 @@ def print_hits(hits, out: Output | bool) -> None:
               "place was found in them; needs spatial re-ranking).")
 @click.option("--exclude-duplicates", is_flag=True,
               help="Drop hits that are exact copies or near duplicates (resized, re-encoded) of the query or of a "
-                   "better-ranked hit; photos of the same scene stay.")
+                   "better-ranked hit; the query's own photo stays, first, and photos of the same scene stay.")
 @cluster_option("Search a sharded index's shards on the workers of the Dask cluster at ADDRESS [default: "
                 "$RETRIEVAL_DASK_SCHEDULER].")
 @click.pass_context

@@ -64,8 +64,9 @@ async def duplicates(request: Request,
 async def duplicate_action(request: Request, body: DuplicateAction):
     """Without `confirm`: `{generation, confirmed: false, action, files, bytes, lines, plan}`, nothing changed.
     With `confirm: true`: the plan carried out, `{generation, confirmed: true, action, files, lines, summary: {done,
-    skipped, failed, bytes_freed, plan}, plan (the plan file's name, for the undo), steps: [{path, status,
-    reason?}]}`; moved and trashed files leave the index."""
+    skipped, failed, bytes_freed, bytes_not_freed, freed, plan}, plan (the plan file's name, for the undo), steps:
+    [{path, status, reason?}]}` (`bytes_freed`: a move on the same disk and the trash free nothing, `freed` says it
+    in words); moved and trashed files leave the index."""
     svc = service_of(request)
     options = {"kinds": body.kinds, "to": body.to, "groups": body.groups, "generation": body.generation,
                "keepers": body.keepers}

@@ -161,8 +161,9 @@ def test_move_then_undo(world, inside):
     assert str(photos / "copies" / "p0.jpg") in answer and len(moved) == 5
     plan_path = world["dir"] / "plan.json"
     summary = apply_plan(idx, plan, plan_path=plan_path)
-    assert summary == {"done": 5, "skipped": 0, "failed": 0, "plan": str(plan_path),
-                       "bytes_freed": sum(s["size"] for s in plan["steps"])}
+    moved_bytes = sum(s["size"] for s in plan["steps"])          # moved on the same disk: nothing freed
+    assert summary == {"done": 5, "skipped": 0, "failed": 0, "plan": str(plan_path), "bytes_freed": 0,
+                       "bytes_not_freed": moved_bytes, "freed": da.freed_text("move", 0, moved_bytes, str(to))}
     for src, dest in moved.items():
         assert not os.path.exists(src) and files[src] == hashes(Path(dest).parent)[dest]
         assert dest == str(to / os.path.relpath(src, photos))
@@ -386,11 +387,77 @@ def test_move_to_another_filesystem(tmp_path):
     try:
         plan = plan_actions([{"group": 1, "kind": "exact", "keeper": str(a),
                               "images": [{"path": str(a)}, {"path": str(b)}]}], "move", to=to)
-        apply_plan(NoIndex(tmp_path), plan, plan_path=tmp_path / "plan.json")
+        summary = apply_plan(NoIndex(tmp_path), plan, plan_path=tmp_path / "plan.json")
         dest = Path(plan["steps"][0]["dest"])
         assert plan["steps"][0]["status"] == "done" and not b.exists() and dest.read_bytes() == b"same"
+        assert summary["bytes_freed"] == 4 and summary["bytes_not_freed"] == 0 and summary["freed"] == "4 bytes freed"
         assert dest.stat().st_mtime_ns == 10**18 and not list(dest.parent.glob(".*.part"))   # copy2: times kept
         undo_plan(NoIndex(tmp_path), tmp_path / "plan.json")
         assert b.read_bytes() == b"same" and not dest.exists()
     finally:
         shutil.rmtree(to)
+
+
+# ------------------------------------------------------------------------------------------------ space freed
+def test_space_freed_is_what_the_disk_gets_back(tmp_path, monkeypatch):
+    """A move on the same disk frees nothing (the bytes are at the new place), nor does the trash (until it is
+    emptied); a move to another disk frees the file's bytes, and so does a link replacing a copy, unless the copy
+    has another hard link (its bytes stay with it). Once every move reported the moved bytes as freed."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home"))
+    photos = tmp_path / "photos"
+
+    def run(action, name, **kw):
+        shutil.rmtree(photos, ignore_errors=True)
+        photos.mkdir()
+        (photos / "keep.jpg").write_bytes(b"x" * 5000)
+        (photos / "copy.jpg").write_bytes(b"x" * 5000)
+        group = [{"group": 1, "kind": "exact", "keeper": str(photos / "keep.jpg"),
+                  "images": [{"path": str(photos / "keep.jpg")}, {"path": str(photos / "copy.jpg")}]}]
+        if name == "linked elsewhere":
+            os.link(photos / "copy.jpg", tmp_path / f"elsewhere-{action}.jpg")
+        plan = plan_actions(group, action, kinds=("exact",), **kw)
+        summary = apply_plan(NoIndex(tmp_path), plan, plan_path=tmp_path / f"plan-{action}-{len(name)}.json")
+        assert summary["done"] == 1, plan
+        return summary["bytes_freed"], summary["bytes_not_freed"], summary["freed"]
+
+    to = tmp_path / "extra"
+    assert run("move", "same disk", to=to) == (0, 5000, f"nothing freed: the 5.0 kB moved stay on the same disk "
+                                                        f"(deleting them from {to} frees it)")
+    assert run("trash", "trash") == (0, 5000, "nothing freed; 5.0 kB in the trash, freed when it is emptied")
+    assert run("link", "link") == (5000, 0, "5.0 kB freed")
+    assert run("link", "linked elsewhere") == (0, 0, "nothing freed")
+    monkeypatch.setattr(safe_files, "_same_device", lambda path, folder: False)   # --to on a USB disk
+    assert run("move", "another disk", to=tmp_path / "usb") == (5000, 0, "5.0 kB freed")
+
+
+# ------------------------------------------------------------------------------------------------ hard links
+def test_hard_links_of_the_keeper_are_not_extra_copies(world):
+    """A hard link of a photo (another name of the same file, as --action link leaves them) takes no space of its
+    own: its exact group marks it (``hard_link``), it is not listed as an extra copy, and no plan acts on it (once
+    it was listed, moved and reported as freeing its size)."""
+    from cli_world import run as cli
+
+    from retrieval.app.duplicates import find_duplicates
+
+    photos, idx = world["photos"], world["idx"]
+    link = photos / "p1 link.jpg"
+    os.link(photos / "p1.jpg", link)
+    idx.sync(photos, workers=1)
+    docs = [g.to_json() for g in find_duplicates(idx)]
+    group = next(g for g in docs if g["kind"] == "exact" and str(link) in {im["path"] for im in g["images"]})
+    flags = {Path(im["path"]).name: (im["keeper"], im["hard_link"]) for im in group["images"]}
+    assert flags == {"p1.jpg": (True, False), "p1 link.jpg": (False, True)}
+    others = [im for g in docs for im in g["images"] if im["path"] != str(link)]
+    assert not any(im["hard_link"] for im in others)             # byte copies are copies
+    listed = cli(["duplicates", "--index", idx.path, "--format", "paths", "-q"]).stdout.splitlines()
+    assert str(link) not in listed and str(photos / "copies" / "p0.jpg") in listed
+    res = cli(["duplicates", "--index", idx.path, "--kinds", "exact"])
+    assert "1 hard link of a keeper (no space of its own)" in res.stderr
+    assert next(ln for ln in res.stdout.splitlines() if ln.endswith("(a hard link of the keeper: no space of its own)"))
+    for d in docs:
+        d["keeper"] = d["keeper_path"]
+    for action in ("move", "trash", "link"):
+        plan = plan_actions(docs, action, kinds=("exact",), to=world["dir"] / "dups", roots=idx.roots)
+        assert str(link) not in {s["path"] for s in plan["steps"]}
+        assert {"path": str(link), "reason": da.LINKED}.items() <= next(
+            s for s in plan["skipped"] if s["path"] == str(link)).items()

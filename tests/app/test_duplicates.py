@@ -218,18 +218,54 @@ def test_against_reports_exactly_the_photos_already_indexed(dup_world, tmp_path)
         {k: v for k, v in before.items() if "duplicate-codes" not in k}
 
 
-def test_query_exclude_duplicates(dup_world):
-    photos = dup_world["photos"]
-    base = ["query", photos / "p03.jpg", "--index", dup_world["index"], "-k", "5", "--format", "json"]
-    plain = [name(h["path"]) for h in json.loads(run(base).stdout)]
-    assert {"p03.jpg", "p03 copy.jpg", "p03_small.png", "p03_q40.jpg"} <= set(plain)
-    res = run([*base, "--exclude-duplicates"])
+def test_against_lists_every_match_it_counts_and_never_the_photo_itself(dup_world, tmp_path):
+    """The table's count of each kind is the number of paths listed for it (once, 'exact 2' listed one path); a
+    photo that is itself indexed is not its own copy (once, it counted as one)."""
+    photos, index = dup_world["photos"], dup_world["index"]
+    new = tmp_path / "new"
+    new.mkdir()
+    shutil.copy(photos / "p00.jpg", new / "p00.jpg")             # the index has it twice: p00.jpg, p00 copy.jpg
+    table = run(["duplicates", "--index", index, "--against", new, "-q"]).stdout.splitlines()
+    assert table[0].split() == ["kind", "matches", "path"]
+    assert table[1].split()[:3] == ["exact", "2", str(new / "p00.jpg")]
+    assert [ln.split("  ->  ")[1] for ln in table[1:]] == [str(photos / "p00 copy.jpg"), str(photos / "p00.jpg")]
+    assert table[2].split() == ["->", str(photos / "p00.jpg")]
+
+    def against(path):
+        doc = json.loads(run(["duplicates", "--index", index, "--against", path, "--format", "json"]).stdout)
+        return doc[0]["kind"], [name(m["path"]) for m in doc[0]["matches"]]
+
+    assert against(photos / "p03.jpg") == ("exact", ["p03 copy.jpg"])     # indexed itself, one other copy
+    assert against(photos / "p01.jpg") == (None, [])                     # indexed itself, no copy
+    table = run(["duplicates", "--index", index, "--against", photos / "p01.jpg", "-q"]).stdout.splitlines()
+    assert table[1].split() == ["-", "0", str(photos / "p01.jpg")]
+
+
+def test_query_exclude_duplicates(dup_world, tmp_path):
+    """The query's own photo stays first (it was once dropped as a copy of itself), its copies go, and of the other
+    hits one photo of each photograph is kept (their copies collapsed); a query from outside the index drops every
+    copy of itself."""
+    photos, source = dup_world["photos"], dup_world["source"]
+    copies = {"p03 copy.jpg", "p03_small.png", "p03_q40.jpg"}
+    base = ["query", photos / "p03.jpg", "--index", dup_world["index"], "--format", "json"]
+    plain = [name(h["path"]) for h in json.loads(run([*base, "-k", "40"]).stdout)]
+    assert "p03.jpg" in plain[:2] and copies <= set(plain)              # an exact copy may rank first
+    assert {source[n] for n in plain if n not in copies and [source[m] for m in plain].count(source[n]) > 1}
+    res = run([*base, "-k", "12", "--exclude-duplicates"])
     assert res.exit_code == 0, res.output
     hits = json.loads(res.stdout)
     names = [name(h["path"]) for h in hits]
-    assert len(hits) == 5 and [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
-    assert not {"p03.jpg", "p03 copy.jpg", "p03_small.png", "p03_q40.jpg"} & set(names)
-    assert all(dup_world["source"][n] != 3 for n in names)
+    assert len(hits) == 12 and [h["rank"] for h in hits] == list(range(1, 13))
+    assert names[0] == "p03.jpg" and not copies & set(names)
+    assert len({source[n] for n in names}) == len(names), names       # one photo of each photograph
+    assert names[1:] == [n for n in plain if n in names[1:]]          # in the order of the plain search
+    outside = tmp_path / "p03 outside.jpg"
+    im = Image.open(photos / "p03.jpg").convert("RGB")
+    im.crop((0, 0, im.width * 19 // 20, im.height * 19 // 20)).save(outside, quality=90)
+    res = run(["query", outside, "--index", dup_world["index"], "-k", "8", "--format", "json",
+               "--exclude-duplicates"])
+    names = [name(h["path"]) for h in json.loads(res.stdout)]
+    assert len(names) == 8 and all(source[n] != 3 for n in names) and len({source[n] for n in names}) == 8
 
 
 def test_the_inverted_file_over_the_codes_finds_the_same_groups(dup_world, monkeypatch):

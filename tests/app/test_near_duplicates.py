@@ -3,15 +3,24 @@ pairs by code and the grouping of :mod:`retrieval.app.duplicates`."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
-from conftest import shared_path
-from PIL import Image
+from conftest import FEATURE_CACHE, shared_path
+from PIL import Image, ImageEnhance
 
 from retrieval.app.duplicates import DuplicatePair, build_groups
 from retrieval.app.duplicates.candidates import candidate_pairs
 from retrieval.app.duplicates.codes import centred
-from retrieval.app.duplicates.same_photo import same_photograph, turned
+from retrieval.app.duplicates.same_photo import (
+    MIN_AGREEMENT,
+    block_agreement,
+    grey_thumbnail,
+    same_photograph,
+    turned,
+)
 from retrieval.features.types import LocalFeatures
 
 CONFIG = {"detector": "hesaff"}
@@ -135,3 +144,55 @@ def test_too_few_inliers_are_not_evidence(n):
     p, s = _scene(10)
     assert not same_photograph(_features(p, (640, 480), s), _features(p, (640, 480), s),
                                np.c_[np.arange(n), np.arange(n)]).near
+
+
+# ------------------------------------------------------------------------------------- a brightened copy
+BRIGHT = "100800.jpg"
+"""A Holidays photo with a wide bright sky, and another shot of its scene (``100801.jpg``)."""
+
+
+def _burnt(src, dst) -> float:
+    """Write ``src`` brightened by 80 % (every level above 142 of 255 clipped to white: highlights burnt out);
+    the share of its pixels that turned white."""
+    im = ImageEnhance.Brightness(Image.open(src).convert("RGB")).enhance(1.8)
+    im.save(dst, quality=92)
+    return float((np.asarray(im.convert("L")) >= 250).mean())
+
+
+def test_burnt_highlights_leave_the_pixels_of_a_copy_in_agreement(tmp_path):
+    """The pixel test of a near pair (block_agreement) compares grey levels by correlation, which no change of
+    brightness or contrast alters; what burnt out to white in one photo is left out instead of disagreeing."""
+    src = shared_path("real", "holidays805", "jpg", BRIGHT)
+    dst = tmp_path / "bright.jpg"
+    assert _burnt(src, dst) > 0.5                   # most of the frame is white
+    size = Image.open(src).size
+    identity = (1.0, 0.0, 0.0, 0.0)
+    assert block_agreement(grey_thumbnail(src), grey_thumbnail(dst), size, size, identity) >= MIN_AGREEMENT
+    other = shared_path("real", "holidays805", "jpg", "100801.jpg")   # another shot still disagrees
+    assert block_agreement(grey_thumbnail(src), grey_thumbnail(other), size, size, identity) < MIN_AGREEMENT
+
+
+def test_a_brightened_copy_with_burnt_highlights_is_near_another_shot_is_not(tmp_path, cli_world):
+    """Its geometry says the same photograph (a similarity of the whole frame, the interest points repeated):
+    the brightness must not overrule it (before, the pixels disagreed where the sky burnt out and the pair was
+    called 'scene')."""
+    from retrieval.app.duplicates import find_duplicates
+    from retrieval.app.index import Index
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in (BRIGHT, "100801.jpg"):
+        shutil.copy(shared_path("real", "holidays805", "jpg", name), photos / name)
+    _burnt(photos / BRIGHT, photos / "100800 bright.jpg")
+    idx = Index.create(tmp_path / "idx", cli_world["dir"] / "p.json", model=cli_world["index"],
+                       feature_store=FEATURE_CACHE)
+    try:
+        idx.sync(photos, workers=1)
+        groups = find_duplicates(idx)
+    finally:
+        idx.close()
+    kinds = {g.kind: sorted(Path(im["path"]).name for im in g.images) for g in groups}
+    assert kinds.get("near") == ["100800 bright.jpg", BRIGHT], kinds
+    pair = next(g for g in groups if g.kind == "near").pairs[0]
+    assert pair.evidence.near and pair.evidence.agreement >= MIN_AGREEMENT
+    assert all("100801.jpg" not in names for kind, names in kinds.items() if kind in ("exact", "near"))

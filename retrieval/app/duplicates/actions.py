@@ -20,7 +20,8 @@
 
 Plan file (format ``retrieval-duplicates-plan``, version 1): a JSON object with ``action``, ``created``,
 ``index``, ``to``, ``kinds``, ``groups_named``, ``steps`` (each ``group``, ``kind``, ``path``, ``keeper``,
-``keeper_sha``, ``size``, ``sha``, ``dest`` for a move, ``status``: planned, started, done, changed, missing,
+``keeper_sha``, ``size``, ``sha``, ``dest`` for a move, ``freed`` (bytes of disk space the step frees, read
+before it: :func:`~retrieval.app.duplicates.space.frees`), ``status``: planned, started, done, changed, missing,
 exists or failed, with a ``reason`` when not done; trash steps record ``trash_file`` and ``trash_info``, link steps
 ``link``: hard or symbolic, and the file's ``mode`` and ``mtime_ns``; after an undo, ``undo``: done, exists,
 missing, changed, not-done or failed, with an ``undo_reason``), ``skipped`` (files the plan leaves out, with a
@@ -38,6 +39,7 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
+from retrieval.app.duplicates.space import freed_text, frees
 from retrieval.app.safe_files import move_file, trash_entry
 from retrieval.core.checks import ParamError
 from retrieval.core.persistence import fsync_dir, write_json_atomic
@@ -53,6 +55,8 @@ SCENE_NEEDS_GROUPS = ("scene groups are photos of the same scene, not copies: th
                       "({groups} with their numbers).")
 FORMATS_NEED_GROUPS = ("formats groups are the RAW and the JPEG of one shot, the same photograph in two formats "
                        "kept together, not copies: they are acted on only when named ({groups} with their numbers).")
+LINKED = "already a link to its keeper (the same file: it takes no space of its own)"
+"""Why a plan leaves out a file that is its keeper's file under another name (a hard link, or a symbolic link)."""
 _WHAT = {"exact": "exact copy of", "formats": "other format of", "near": "near duplicate of",
          "scene": "same scene as"}
 _NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
@@ -82,6 +86,9 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
         taken by another file of the plan)
     groups_named : group numbers the user named, or None; when given only those groups are acted on, and a
         ``scene`` or ``formats`` group (a RAW and the JPEG of the same shot) never is unless named
+
+    A file that is its keeper's file under another name (a hard link, as ``link`` makes them, or a symbolic link)
+    is never acted on: removing it frees nothing (``skipped``, :data:`LINKED`).
     index_path : the index folder, stored in the plan (None: filled by :func:`apply_plan`)
     roots : folders the index follows (:attr:`Index.roots <retrieval.app.index.Index.roots>`), for ``dest``
 
@@ -121,6 +128,9 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
             seen.add(path)
             base = {"group": int(g["group"]), "kind": g["kind"], "path": path, "keeper": keeper}
             try:
+                if os.path.samefile(path, keeper):
+                    skipped.append({**base, "reason": LINKED})
+                    continue
                 size, sha = os.stat(path).st_size, file_hash(path)
                 keeper_sha = keeper_sha or file_hash(keeper)
             except OSError as exc:
@@ -129,9 +139,6 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
             if action == "link" and sha != keeper_sha:
                 skipped.append({**base, "reason": "same pixels as its keeper but other bytes (metadata): a link "
                                                   "would change this file's content"})
-                continue
-            if action == "link" and os.path.samefile(path, keeper):
-                skipped.append({**base, "reason": "already a link to its keeper"})
                 continue
             step = {**base, "keeper_sha": keeper_sha, "size": size, "sha": sha, "status": "planned"}
             if action == "move":
@@ -255,9 +262,12 @@ def _check(step: dict, keeper_shas: dict) -> tuple[str, str] | None:
 def apply_plan(idx, plan: dict, *, plan_path) -> dict:
     """Carry out ``plan`` (module docstring) on the files and the index ``idx``, recording it in ``plan_path``.
 
-    Returns ``{"done", "skipped", "failed", "bytes_freed", "plan"}``: steps done, steps left alone (``changed``,
-    ``missing``, ``exists``) plus the files the plan skipped, steps that failed, bytes of the files taken out of
-    the collection, the plan file. ValueError (one line) for a plan applied already or made for another index.
+    Returns ``{"done", "skipped", "failed", "bytes_freed", "bytes_not_freed", "freed", "plan"}``: steps done, steps
+    left alone (``changed``, ``missing``, ``exists``) plus the files the plan skipped, steps that failed, the disk
+    space freed (:func:`~retrieval.app.duplicates.space.frees`: a move to another disk, a link replacing a copy; a move on the same disk or to the
+    trash frees nothing), the bytes of the files moved or trashed that still take room on their disk, the two in
+    words (:func:`~retrieval.app.duplicates.space.freed_text`), the plan file. ValueError (one line) for a plan applied already or made for another
+    index.
     """
     _check_plan(plan, plan_path)
     if plan.get("applied"):
@@ -280,6 +290,7 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
             if left is not None:
                 step["status"], step["reason"] = left
                 continue
+            step["freed"] = frees(action, step)
             step["status"] = "started"
             if action == "move":
                 record()
@@ -305,9 +316,12 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
     plan["index_updated"] = _now()
     record()
     counts = {s: sum(st["status"] == s for st in plan["steps"]) for s in ("done", "failed")}
+    done = [s for s in plan["steps"] if s["status"] == "done"]
+    freed = sum(int(s.get("freed", 0)) for s in done)
+    held = 0 if action == "link" else sum(int(s["size"]) for s in done) - freed
     return {"done": counts["done"], "skipped": len(plan["steps"]) - counts["done"] - counts["failed"]
-            + len(plan.get("skipped", [])), "failed": counts["failed"],
-            "bytes_freed": sum(int(s["size"]) for s in plan["steps"] if s["status"] == "done"), "plan": str(plan_path)}
+            + len(plan.get("skipped", [])), "failed": counts["failed"], "bytes_freed": freed,
+            "bytes_not_freed": held, "freed": freed_text(action, freed, held, plan.get("to")), "plan": str(plan_path)}
 
 
 def _inside(path: str, roots) -> bool:

@@ -91,6 +91,23 @@ class CodeSpace:
             return np.zeros((0, len(QUERY_TURNS), 1), np.float32)
         return np.stack([kept[h][0] for h in hashes]).astype(np.float32)
 
+    def lookup(self, ids, hashes) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(codes, mean)`` for a search, which never writes to the index: the codes (n, len(QUERY_TURNS), D)
+        float32 of indexed photos ``ids`` (content ``hashes``), the kept ones read, the others encoded from their
+        stored features and not kept; ``mean`` (D,) float32: the mean upright code of every kept photo (the centre
+        :func:`centred` takes; None when none is kept)."""
+        kept = self._load()
+        out = []
+        for i, h in zip(ids, hashes, strict=True):
+            c = kept.get(h)
+            out.append(c[0] if c is not None else self.turned_codes(self.searcher.features_of(int(i))))
+        mean = None
+        if kept:
+            mean = np.mean(np.stack([c[0][0] for c in kept.values()]).astype(np.float32), axis=0)
+        if not out:
+            return np.zeros((0, len(QUERY_TURNS), 1), np.float32), mean
+        return np.stack(out).astype(np.float32), mean
+
     # --------------------------------------------------------------------------------------- kept codes
     def _load(self) -> dict:
         return CodeParts(self.index_path, _key(self.encoder)).load()

@@ -20,11 +20,17 @@ How (each step bounded by what it costs):
 4. groups: exact copies first (one group per set of equal files), near duplicates between the keepers of exact
    groups, same-scene groups between the keepers of near groups. Each group has a suggested keeper
    (:mod:`retrieval.app.photo_facts`: largest resolution, then original format, then oldest; ``keeper_rule``).
+
+The photos are taken in :func:`content_order` (content hash, then path), so the groups depend on the photos'
+content and paths only, not on their catalog ids (a move and its undo give the same groups).
+
+``--exclude-duplicates`` (:func:`exclude_duplicates`) makes the same checks on a few pairs of a search's hits.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -57,6 +63,15 @@ ALL_TURNS = (0, 1, 2, 3)
 
 __all__ = ["KINDS", "DuplicateGroup", "DuplicatePair", "PairVerifier", "build_groups", "exclude_duplicates",
            "find_against", "find_duplicates", "pixel_digest"]
+
+
+def content_order(row: dict) -> tuple:
+    """The order of indexed photos in a run: by content hash, then path. Every choice that depends on an order
+    follows it: the photo standing for a set of equal files (the first path), which photo of a pair is verified as
+    the query (the verifier's ratio test is not symmetric: the first), ties between equal similarities, the order
+    pairs are checked in. So the groups are a function of the photos' content and paths, never of their catalog
+    ids, which change when a file leaves the index and comes back (a move and its undo)."""
+    return row["hash"], row["path"]
 
 
 def pixel_digest(path) -> str | None:
@@ -158,13 +173,13 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
     from retrieval.app.duplicates.codes import CodeSpace, centred
 
     _, rows = idx.catalog.snapshot()
-    rows = [r for r in rows if r["status"] == "indexed"]
+    rows = sorted((r for r in rows if r["status"] == "indexed"), key=content_order)
     by_id = {r["id"]: r for r in rows}
     by_hash: dict = {}
-    for r in sorted(rows, key=lambda r: r["id"]):
+    for r in rows:
         by_hash.setdefault(r["hash"], []).append(r["id"])
     pairs = [DuplicatePair(ids[0], other, "exact") for ids in by_hash.values() for other in ids[1:]]
-    reps = sorted(ids[0] for ids in by_hash.values())
+    reps = [ids[0] for ids in by_hash.values()]        # in content order (content_order)
     searcher = idx.searcher()
     space = CodeSpace(searcher, idx.path)
     verifier = PairVerifier(searcher, min_inliers=min_inliers)
@@ -183,40 +198,115 @@ def find_duplicates(idx, *, threshold: float = DEFAULT_THRESHOLD, candidates: in
     return build_groups(pairs, by_id, keeper_rule)
 
 
-def exclude_duplicates(idx, query, hits: list, k: int) -> tuple[list, list]:
-    """``(kept, dropped)``: ``hits`` without those that are exact copies or near duplicates of the query or of a
-    better-ranked kept hit; at most ``k`` kept, ranks renumbered. Same-scene photos are kept."""
+EXCLUDE_CANDIDATES = 2
+"""Of the hits ranked before a hit (and the query), the most similar by their codes that
+:func:`exclude_duplicates` verifies it with."""
+
+
+def _code_similarities(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(S, turn)`` of unit codes (n, T, D): ``S[i, j]`` the similarity of photos ``i`` and ``j``, the best over
+    the turns of either (symmetric), ``turn[i, j]`` the quarter turns of ``i`` that give it."""
+    A = np.einsum("itd,jd->ijt", codes, codes[:, 0])        # i turned by t against j upright
+    turn = A.argmax(axis=2)
+    best = A.max(axis=2)
+    other = best.T > best                                   # better: j turned against i upright
+    S = np.where(other, best.T, best)
+    turn = np.where(other, (4 - turn.T) % 4, turn)
+    return S, turn
+
+
+def exclude_duplicates(idx, query, hits: list, k: int, *, candidates: int = EXCLUDE_CANDIDATES) -> tuple[list, list]:
+    """``(kept, dropped)``: the first ``k`` of ``hits`` that are not exact copies or near duplicates of the query or
+    of a better-ranked kept hit, ranks renumbered, and the hits dropped before the last of them. The query's own
+    photo (a query by an indexed photo) is never dropped and comes first (its exact copies, which can rank with it,
+    are dropped); same-scene photos are kept.
+
+    Exact copies are decided by the catalog's content hashes. Near duplicates by the checks of
+    :func:`find_duplicates` (:func:`verify_candidates`: the cheap check on the largest features, the full features
+    only when it verified without settling, the pixels of a near pair), made only where a copy is likely: each hit
+    against the ``candidates`` hits ranked before it (or the query) that are most similar to it by their kept codes
+    (:mod:`retrieval.app.duplicates.codes`: a copy's code is nearly its original's), unless the two are already
+    joined. A hit joined to the query or to a kept hit, directly or through dropped copies, is dropped. A few checks
+    a query, where every hit was once checked against the query with all its features and against every kept hit.
+    Nothing is written (the codes an older index did not keep are encoded, not kept).
+    """
     from dataclasses import replace
 
+    from retrieval.app.duplicates.codes import CodeSpace, centred
     from retrieval.features.store import file_hash
 
     q = idx.query(query)
-    feats, row = q.all_features, q.row
+    row = q.row
     searcher = idx.searcher()
-    by_id = searcher.rows
+    own = None if row is None else row["id"]
     if row is not None:
         q_hash = row["hash"]
     else:
         try:
             q_hash = file_hash(query)
-        except OSError:
+        except (OSError, TypeError):
             q_hash = None
+    rows = [searcher.rows.get(h.id) for h in hits]
+    at = [n for n, r in enumerate(rows) if r is not None]           # the hits still indexed, in rank order
+    ids, paths = [hits[n].id for n in at], [rows[n]["path"] for n in at]
+    own_at = ids.index(own) if own in ids else None
+    QUERY = len(ids)                # the query's position when its own photo is not among the hits
+    n = len(ids)
+    S, turn = np.ones((n + 1, n + 1), np.float32), np.zeros((n + 1, n + 1), np.int64)
+    try:
+        space = CodeSpace(searcher, idx.path)
+        codes, mean = space.lookup(ids, [rows[i]["hash"] for i in at])
+    except ValueError:              # no generic model, no codes: every hit seen before is verified with it
+        space = None
+    if space is not None and n:
+        codes = centred(codes, mean)
+        S[:n, :n], turn[:n, :n] = _code_similarities(codes)
+        if own_at is None:          # the query's own features, turned by every quarter turn, against the hits
+            qc = centred(space.turned_codes(q.all_features, ALL_TURNS)[None], mean)[0]
+            A = qc @ codes[:, 0].T
+            S[QUERY, :n], turn[QUERY, :n] = A.max(axis=0), A.argmax(axis=0)
     verifier = PairVerifier(searcher)
+
+    def same_photo(a: int, b: int) -> bool:
+        """Whether ``a`` (a hit's position, or ``QUERY``) and the hit at ``b`` are the same photograph (exact or
+        near); a pair the cheap check does not verify is not a copy here (checking every such pair with all its
+        features is what made this cost seconds)."""
+        if a == QUERY:
+            found = verify_candidates(verifier, [(0, 1, S[a, b], turn[a, b], FULL_RANKS)], [-1, ids[b]],
+                                      [q.path, paths[b]], threshold=DEFAULT_THRESHOLD, features_a=[q.all_features])
+        else:
+            found = verify_candidates(verifier, [(a, b, S[a, b], turn[a, b], FULL_RANKS)], ids, paths,
+                                      threshold=DEFAULT_THRESHOLD)
+        return bool(found) and found[0].kind in ("exact", "near")
+
+    joined = Components()            # positions joined as the same photograph
+    first = QUERY if own_at is None else own_at
+    firsts = {first}                 # the query and the kept hits
+    by_hash = {} if q_hash is None else {q_hash: first}
     kept, dropped = [], []
-    for h in hits:
-        r = by_id.get(h.id)
-        dup = r is not None and r["hash"] == q_hash
-        if not dup and r is not None:
-            dup = verifier.check(-1, h.id, features_a=feats)[0] in ("near", "exact")
-            for better in kept:
-                if dup:
-                    break
-                rb = by_id.get(better.id)
-                dup = rb is not None and (rb["hash"] == r["hash"]
-                                          or verifier.check(better.id, h.id, full=False)[0] == "near")
-        (dropped if dup else kept).append(h)
-    kept = [replace(h, rank=i + 1) for i, h in enumerate(kept[:k])]
-    return kept, dropped
+    position = {i: m for m, i in enumerate(at)}
+    order = sorted(range(len(hits)), key=lambda i: position.get(i) != own_at)      # the query's own photo first
+    for i in order:
+        h = hits[i]
+        if len(kept) == k:
+            break
+        m = position.get(i)
+        if m is None or m == own_at:            # a hit no longer indexed, or the query's own photo: kept
+            kept.append(h)
+            continue
+        joined.join(by_hash.setdefault(rows[i]["hash"], m), m)
+        before = [o for o in range(m) if o != own_at] + [first]         # the hits seen already, and the query
+        likely = sorted(before, key=lambda o: -S[o, m])[:candidates] if space is not None else before
+        for o in likely:
+            if joined.find(o) != joined.find(m) and same_photo(o, m):
+                joined.join(o, m)
+        root = joined.find(m)
+        if any(joined.find(f) == root for f in firsts):
+            dropped.append(h)
+        else:
+            kept.append(h)
+            firsts.add(m)
+    return [replace(h, rank=i + 1) for i, h in enumerate(kept)], dropped
 
 
 def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates: int = DEFAULT_CANDIDATES,
@@ -229,14 +319,15 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
     -------
     list of ``{"path", "kind", "matches": [{"id", "path", "kind", "inliers"}], "error"}`` in the order of
     ``paths``: ``kind`` the tightest among the matches, None when nothing matches (``error``: one line when the file
-    could not be read, else None).
+    could not be read, else None); the matches by kind, then most inliers, then path. A photo of ``paths`` that is
+    itself indexed (a folder inside the indexed one) is not its own match.
     """
     from retrieval.app.duplicates.candidates import candidate_pairs
     from retrieval.app.duplicates.codes import CodeSpace, centred
     from retrieval.features.store import file_hash
 
     _, rows = idx.catalog.snapshot()
-    rows = sorted((r for r in rows if r["status"] == "indexed"), key=lambda r: r["id"])
+    rows = sorted((r for r in rows if r["status"] == "indexed"), key=content_order)
     by_hash: dict = {}
     for r in rows:
         by_hash.setdefault(r["hash"], []).append(r)
@@ -257,9 +348,11 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
         except OSError as exc:
             entry["error"] = f"{path}: cannot be read ({exc.strerror or exc})"
             continue
+        itself = {r["id"] for r in by_hash.get(h, []) if os.path.realpath(r["path"]) == os.path.realpath(path)}
         matches: dict = {}
         for r in by_hash.get(h, []):
-            matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": "exact", "inliers": None}
+            if r["id"] not in itself:          # an indexed photo checked against the index is not its own copy
+                matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": "exact", "inliers": None}
         if not matches and len(C):
             try:
                 f = idx.extractor(path)
@@ -274,9 +367,10 @@ def find_against(idx, paths, *, threshold: float = DEFAULT_THRESHOLD, candidates
             for p in verify_candidates(verifier, cand, ids, paths_, threshold=threshold, threads=threads,
                                        features_a=[f]):
                 for r in by_hash[searcher.rows.get(p.b)["hash"]] if searcher.rows.get(p.b) else []:
-                    matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": p.kind, "inliers": p.inliers}
+                    if r["id"] not in itself:
+                        matches[r["id"]] = {"id": r["id"], "path": r["path"], "kind": p.kind, "inliers": p.inliers}
         entry["matches"] = sorted(matches.values(), key=lambda m: (KIND_ORDER[m["kind"]], -(m["inliers"] or 10**9),
-                                                                   m["id"]))
+                                                                   m["path"]))
         entry["kind"] = entry["matches"][0]["kind"] if entry["matches"] else None
         if progress is not None:
             progress(n + 1, len(paths))

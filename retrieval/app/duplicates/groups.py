@@ -32,9 +32,11 @@ def two_formats(path_a: str, path_b: str) -> bool:
 
 @dataclass
 class DuplicatePair:
-    """Two photos (ids ``a < b``, or a new photo ``a = -1``) and why they are reported: ``kind``, the global
-    ``similarity`` of the candidate, the verified ``inliers``, the quarter ``turn`` of ``a`` that matched, the
-    same-photograph ``evidence``, and the matched ``regions`` (bounding boxes of the inliers in each photo)."""
+    """Two photos (ids ``a`` and ``b``, ``a`` the one verified as the query: the first in
+    :func:`content order <retrieval.app.duplicates.finder.content_order>`, or a new photo ``a = -1``) and why they
+    are reported: ``kind``, the global ``similarity`` of the candidate, the verified ``inliers``, the quarter
+    ``turn`` of ``a`` that matched, the same-photograph ``evidence``, and the matched ``regions`` (bounding boxes of
+    the inliers in each photo)."""
 
     a: int
     b: int
@@ -55,7 +57,9 @@ class DuplicatePair:
 
 @dataclass
 class DuplicateGroup:
-    """Photos of one kind joined by reported pairs, with the suggested ``keeper`` (an id) and why."""
+    """Photos of one kind joined by reported pairs, with the suggested ``keeper`` (an id) and why. Each image has
+    ``keeper`` and ``hard_link``: in an exact group, the keeper's own file under another name (a hard link, as
+    ``--action link`` makes them), which takes no space of its own: not an extra copy."""
 
     group: int
     kind: str
@@ -72,6 +76,15 @@ class DuplicateGroup:
         return {"group": self.group, "kind": self.kind, "keeper": self.keeper, "keeper_path": self.keeper_path,
                 "keeper_reason": self.keeper_reason, "images": self.images,
                 "pairs": [p.to_json() for p in self.pairs]}
+
+
+def _file_id(path: str) -> tuple | None:
+    """``(device, inode)`` of a file (None when it cannot be read): equal for two hard links of one file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 class Components:
@@ -101,8 +114,10 @@ class Components:
 
 def build_groups(pairs: list[DuplicatePair], by_id: dict, keeper_rule=KEEPER_RULE) -> list[DuplicateGroup]:
     """Exact groups, the groups of a shot in two formats over the exact groups' keepers, near groups over their
-    keepers, scene groups over the near groups' keepers (module docstring), numbered in that order. A near or scene
-    pair of :func:`two_formats` is a ``formats`` pair there (``pairs`` are not changed)."""
+    keepers, scene groups over the near groups' keepers (module docstring), numbered in that order (in each kind the
+    largest first, then by path), each group's photos by path: numbers and order depend on the photos' paths, not
+    on their catalog ids. A near or scene pair of :func:`two_formats` is a ``formats`` pair there (``pairs`` are not
+    changed)."""
     pairs = [replace(p, kind="formats") if p.kind in ("near", "scene") and p.a in by_id and p.b in by_id
              and two_formats(by_id[p.a]["path"], by_id[p.b]["path"]) else p for p in pairs]
     facts: dict = {}
@@ -129,19 +144,22 @@ def build_groups(pairs: list[DuplicatePair], by_id: dict, keeper_rule=KEEPER_RUL
                 comp.join(a, b)
                 mine.append(p)
         for members in comp.groups():
+            members = sorted(members, key=lambda i: (by_id[i]["path"], i))
             images = [dict(image(i)) for i in members]
             fl = [{**im, "bytes": im["bytes"]} for im in images]
             k = choose_keeper(fl, keeper_rule)
             keeper = members[k]
+            kept_file = _file_id(images[k]["path"]) if kind == "exact" else None
             for im in images:
                 im["keeper"] = im["id"] == keeper
+                im["hard_link"] = not im["keeper"] and kept_file is not None and _file_id(im["path"]) == kept_file
             member_set = set(members)
-            ps = sorted((p for p in mine if top[p.a] in member_set), key=lambda p: (p.a, p.b))
+            ps = sorted((p for p in mine if top[p.a] in member_set), key=lambda p: (by_id[p.a]["path"], by_id[p.b]["path"]))
             out.append(DuplicateGroup(0, kind, images, keeper, keeper_reason(fl, k, keeper_rule), ps))
             for i, t in list(top.items()):
                 if t in member_set:
                     top[i] = keeper
-    out.sort(key=lambda g: (KIND_ORDER[g.kind], -len(g.images), g.images[0]["id"]))
+    out.sort(key=lambda g: (KIND_ORDER[g.kind], -len(g.images), g.images[0]["path"], g.images[0]["id"]))
     for n, g in enumerate(out, 1):
         g.group = n
     return out

@@ -74,7 +74,8 @@ def render_duplicates_html(groups: list, *, title: str = "duplicates", thumb_sid
                 f"{im['width']}x{im['height']}" if im.get("width") else None, _size(im.get("bytes")),
                 im.get("format"), im.get("date") or (f"modified {im['mtime']}" if im.get("mtime") else None),
                 im.get("camera")) if v)
-            badge = '<span class="badge">keep</span> ' if keeper else ""
+            badge = '<span class="badge">keep</span> ' if keeper else \
+                '<span class="badge">hard link of the keeper</span> ' if im.get("hard_link") else ""
             figs.append(f'<figure class="result{" keeper" if keeper else ""}" data-id="{im["id"]}">'
                         f'<a class="photo" href="{html.escape(file_href(im["path"], base_dir))}">'
                         f'<div class="frame"><img class="thumb" src="{uri}" '

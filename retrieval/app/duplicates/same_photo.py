@@ -22,8 +22,9 @@ no parallax) and its interest points are the same points. :func:`same_photograph
 
 Then the pixels (:func:`block_agreement`, in :mod:`retrieval.app.duplicates`): the two photos decoded reduced to
 256 pixels, the overlap cut into blocks, and at least :data:`MIN_AGREEMENT` of its textured blocks must agree
-(grey levels correlated at 0.8): a copy agrees everywhere, a second shot of a distant view (where zooming is a
-similarity too) disagrees where clouds, water or people moved.
+(grey levels correlated at 0.8, which no change of brightness or contrast alters; samples clipped in either photo,
+burnt-out highlights of a brightened copy, left out): a copy agrees everywhere, a second shot of a distant view
+(where zooming is a similarity too) disagrees where clouds, water or people moved.
 
 The thresholds come from a labelled set of real photos (:mod:`retrieval.bench.duplicate_set`: 655 edited copies
 against 477 verified pairs of other shots of UKBench objects and Holidays scenes, docs/results.md "Duplicates").
@@ -230,10 +231,19 @@ def _bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
             + (1 - fx) * fy * img[y0 + 1, x0] + fx * fy * img[y0 + 1, x0 + 1])
 
 
+CLIPPED = (5.0, 250.0)
+"""Grey levels (0-255) at or below the first, or at or above the second, are clipped: burnt-out highlights or
+crushed shadows, where an edit of the brightness or contrast has erased the picture (:func:`block_agreement`)."""
+
+
 def block_agreement(thumb_a, thumb_b, size_a, size_b, similarity, n: int = 64, block: int = 8) -> float:
     """Share of the overlap's textured blocks (``block`` x ``block`` samples of an ``n`` x ``n`` grid over A's
     frame mapped into B) whose grey levels correlate at 0.8 or more: a copy agrees everywhere, another moment of the
-    same view disagrees where something moved or the light changed (sky, water, people)."""
+    same view disagrees where something moved or the light changed (sky, water, people).
+
+    A correlation does not change with the brightness or the contrast; a sample clipped in either photo
+    (:data:`CLIPPED`) is left out, and a block left with fewer than half its samples says nothing: a brightened copy
+    whose highlights burnt out agrees where its picture is left, instead of disagreeing wherever it turned white."""
     (ga, (sxa, sya)), (gb, (sxb, syb)) = thumb_a, thumb_b
     a, b, tx, ty = similarity
     (wa, ha), (wb, hb) = size_a, size_b
@@ -242,11 +252,16 @@ def block_agreement(thumb_a, thumb_b, size_a, size_b, similarity, n: int = 64, b
     inside = (xb >= 0) & (xb <= wb - 1) & (yb >= 0) & (yb <= hb - 1)
     va = _bilinear(ga, xs * sxa, ys * sya)
     vb = _bilinear(gb, xb * sxb, yb * syb)
+    lo, hi = CLIPPED
+    unclipped = (va > lo) & (va < hi) & (vb > lo) & (vb < hi)
     good = total = 0
     for i in range(0, n, block):
         for j in range(0, n, block):
             m = inside[i:i + block, j:j + block]
             if m.mean() < 0.9:
+                continue
+            m = m & unclipped[i:i + block, j:j + block]
+            if 2 * m.sum() < m.size:          # mostly clipped: nothing left to compare
                 continue
             pa, pb = va[i:i + block, j:j + block][m], vb[i:i + block, j:j + block][m]
             pa, pb = pa - pa.mean(), pb - pb.mean()

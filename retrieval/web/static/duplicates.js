@@ -75,7 +75,8 @@ function dupPhoto(group, im, keep) {
   fig.appendChild(frame);
   var cap = dupEl("figcaption");
   cap.appendChild(dupEl("span", {"class": im.keeper ? "badge keeper-badge" : "badge extra-badge"},
-                        im.keeper ? "keeper" : DUP_OTHER_LABEL[group.kind] || "extra copy"));
+                        im.keeper ? "keeper" : im.hard_link ? "hard link of the keeper (no space of its own)" :
+                        DUP_OTHER_LABEL[group.kind] || "extra copy"));
   cap.appendChild(dupEl("span", {"class": "path", title: im.path}, " " + baseName(im.path)));
   cap.appendChild(dupEl("div", {"class": "folder", title: im.path}, dupFolder(im.path)));
   var facts = [(im.width && im.height) ? im.width + "\u00d7" + im.height : "? \u00d7 ?", dupSize(im.bytes),
@@ -231,7 +232,7 @@ function retrievalDuplicatesPage() {
       dialog.close();
       var s = res.summary;
       showResult(s.done + " files " + DUP_DONE[res.action] + ", " + s.skipped + " skipped, " + s.failed +
-                 " failed; " + dupSize(s.bytes_freed) + " freed (plan " + res.plan + ").", res.plan);
+                 " failed; " + s.freed + " (plan " + res.plan + ").", res.plan);
       body.setAttribute("data-done", String(s.done));
       return load();
     }).catch(function (e) {
