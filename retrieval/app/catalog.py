@@ -347,6 +347,20 @@ class Catalog:
         with self.db.atomic():
             self.db.execute("UPDATE runs SET status = ?, finished = ? WHERE status = 'running'", [status, _now()])
 
+    @contextlib.contextmanager
+    def failed_on_error(self, where):
+        """A failure inside marks the runs still ``running`` ``failed`` (nothing was committed: a run must not stay
+        ``running``) and is raised again -- itself, even when the runs cannot be marked (a full disk: the next run
+        marks them ``interrupted``); ``where`` names the index in the warning."""
+        try:
+            yield
+        except Exception:
+            try:
+                self.end_running_runs("failed")
+            except OSError as exc:
+                logger.warning("%s: the failed run could not be marked failed (%s)", where, exc)
+            raise
+
     # ------------------------------------------------------------------ the commit of a sync
     @writes
     def commit_sync(self, *, run_id: int, generation: int, next_id: int, upserts: Iterable[dict],

@@ -109,15 +109,8 @@ class Writer:
         """The writer lock for one operation that records a run; a failure marks the run ``failed`` (nothing was
         committed: the run must not stay ``running``) and is raised again -- itself, even when the run cannot be
         marked (a full disk: the next run marks it ``interrupted``)."""
-        with self.folder.writer_lock():
-            try:
-                yield
-            except Exception:
-                try:
-                    self.catalog.end_running_runs("failed")
-                except OSError as exc:
-                    logger.warning("%s: the failed run could not be marked failed (%s)", self.folder.path, exc)
-                raise
+        with self.folder.writer_lock(), self.catalog.failed_on_error(self.folder.path):
+            yield
 
     # ------------------------------------------------------------------ followed and excluded paths
     def include(self, paths) -> list[str]:

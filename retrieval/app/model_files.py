@@ -47,6 +47,17 @@ def _fsync_tree(folder: Path) -> None:
         fsync_dir(p)
 
 
+def _replace_backup(source: Path, index_path: Path) -> None:
+    """``model.backup/`` replaced by a verified copy of the model folder ``source`` (copied beside it, then swapped
+    in)."""
+    tmp = index_path / MODEL_BACKUP_TMP
+    _copy_verified(source, tmp)
+    try:
+        _swap_in(tmp, index_path / MODEL_BACKUP)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _copy_verified(src: Path, dst: Path) -> None:
     """Copy the model folder ``src`` (with its manifest) to ``dst`` (replaced), fsynced, and check the copy's
     checksums against the manifest; ValueError (one line) when they differ (nothing is then left at ``dst``)."""
@@ -79,12 +90,7 @@ def install_model(index_path, tmp) -> None:
     if not (tmp / MANIFEST).is_file():
         write_manifest(tmp)
     _fsync_tree(tmp)
-    backup_tmp = index_path / MODEL_BACKUP_TMP
-    _copy_verified(tmp, backup_tmp)
-    try:
-        _swap_in(backup_tmp, index_path / MODEL_BACKUP)
-    finally:
-        shutil.rmtree(backup_tmp, ignore_errors=True)
+    _replace_backup(tmp, index_path)
     crash_point("model")   # the copy is in place, the model not yet
     _swap_in(tmp, index_path / MODEL)
 
@@ -122,12 +128,7 @@ def make_model_copy(index_path) -> str:
         raise ValueError(f"{problems[0]}: the model is damaged; its copy cannot be made from it")
     if not (model / MANIFEST).is_file():
         write_manifest(model)   # a model written before manifests existed
-    tmp = index_path / MODEL_BACKUP_TMP
-    _copy_verified(model, tmp)
-    try:
-        _swap_in(tmp, index_path / MODEL_BACKUP)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    _replace_backup(model, index_path)
     return f"{MODEL_BACKUP}/ made again from {MODEL}/ (verified)"
 
 

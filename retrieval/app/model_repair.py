@@ -154,16 +154,10 @@ def _rebuild(writer, gen: int, reason: str, out: dict, extra_meta: dict | None) 
     backend.load_state(None)
     backend.add(np.asarray([r["id"] for r in rows], np.int64), LazyFeatures(store, key, [r["hash"] for r in rows]))
     run_id = writer.catalog.start_run("check --repair")
-    try:
+    with writer.catalog.failed_on_error(writer.folder.path):
         new_gen = writer.folder.publish(writer.catalog, backend, CatalogChanges(
             run_id=run_id, next_id=int(writer.catalog.get_meta("next_id", 0)), extra_meta=extra_meta), after=gen,
             keep_previous=False)
-    except Exception:
-        try:
-            writer.catalog.end_running_runs("failed")
-        except OSError as exc:
-            logger.warning("%s: the failed repair could not be marked failed (%s)", writer.folder.path, exc)
-        raise
     if writer.owns_store:
         try:
             store.drop_full(key, [r["hash"] for r in rows])

@@ -213,7 +213,7 @@ def _act(idx, groups, action, kinds, to_dir, named, yes, plan_path, ctx) -> None
 
 
 def _undo(idx, plan_path, ctx) -> None:
-    from retrieval.app.duplicates.actions import undo_plan
+    from retrieval.app.duplicates.undo import undo_plan
 
     try:
         summary = undo_plan(idx, plan_path)

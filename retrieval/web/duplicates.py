@@ -201,7 +201,7 @@ class ServedDuplicates:
 
     def undo(self, name: str) -> dict:
         """Undo the plan file ``name`` of ``INDEX/duplicate-plans`` (in the writer thread)."""
-        from retrieval.app.duplicates.actions import undo_plan
+        from retrieval.app.duplicates.undo import undo_plan
 
         idx = self.service.local()
         path = plan_file(idx.path, name)

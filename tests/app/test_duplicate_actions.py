@@ -21,7 +21,9 @@ from PIL import Image
 
 from retrieval.app import safe_files
 from retrieval.app.duplicates import actions as da
-from retrieval.app.duplicates.actions import apply_plan, dry_run_text, load_plan, plan_actions, undo_plan
+from retrieval.app.duplicates.actions import apply_plan, dry_run_text, plan_actions
+from retrieval.app.duplicates.plan_file import load_plan
+from retrieval.app.duplicates.undo import undo_plan
 from retrieval.app.index import Index
 
 COPIED = (0, 3, 5)   # photos with a byte copy in photos/copies

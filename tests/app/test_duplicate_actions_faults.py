@@ -15,7 +15,9 @@ import pytest
 from helpers import copy_index, make_pool, small_preset
 from write_faults_support import Faults, index_state
 
-from retrieval.app.duplicates.actions import apply_plan, load_plan, plan_actions, undo_plan
+from retrieval.app.duplicates.actions import apply_plan, plan_actions
+from retrieval.app.duplicates.plan_file import load_plan
+from retrieval.app.duplicates.undo import undo_plan
 from retrieval.app.index import Index
 
 ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EIO)

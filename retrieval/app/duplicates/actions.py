@@ -14,7 +14,7 @@
    <retrieval.app.index_build.Writer.remove>`); when the index refuses it (a full disk, a read-only index), every
    file is put back and the error raised: the plan changed nothing. A link keeps the bytes of its path: the index is
    not changed.
-3. :func:`undo_plan` reverses the steps done (or started), newest first, and gives the files back to the index in
+3. :func:`~retrieval.app.duplicates.undo.undo_plan` reverses the steps done (or started), newest first, and gives the files back to the index in
    one commit; when the index refuses it, the files go back where the plan had put them (the undo can be run
    again).
 
@@ -32,22 +32,27 @@ missing, changed, not-done or failed, with an ``undo_reason``), ``skipped`` (fil
 from __future__ import annotations
 
 import errno
-import json
 import os
-import shutil
 import stat
-from datetime import datetime
 from pathlib import Path
 
+from retrieval.app.duplicates.plan_file import (
+    ACTIONS,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+    check_plan,
+    inside_any,
+    now_text,
+    record_quietly,
+    trash_step,
+)
 from retrieval.app.duplicates.space import freed_text, frees
-from retrieval.app.safe_files import move_file, trash_entry
+from retrieval.app.duplicates.undo import undo_step
+from retrieval.app.safe_files import move_file
 from retrieval.core.checks import ParamError
 from retrieval.core.persistence import fsync_dir, write_json_atomic
 from retrieval.features.store import file_hash
 
-PLAN_FORMAT = "retrieval-duplicates-plan"
-PLAN_VERSION = 1
-ACTIONS = ("move", "trash", "link")
 KINDS = ("exact", "formats", "near", "scene")
 LINK_ONLY_EXACT = ("{action} link replaces a file by a hard link to its keeper: only for exact copies "
                    "({kinds} exact).")
@@ -60,10 +65,6 @@ LINKED = "already a link to its keeper (the same file: it takes no space of its 
 _WHAT = {"exact": "exact copy of", "formats": "other format of", "near": "near duplicate of",
          "scene": "same scene as"}
 _NO_HARD_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
-
-
-def _now() -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def _abs(path) -> str:
@@ -147,7 +148,7 @@ def plan_actions(groups, action: str, *, kinds=("exact", "near"), to=None, group
                     skipped.append({**base, "reason": f"already in {to}"})
                     continue
             steps.append(step)
-    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "action": action, "created": _now(),
+    return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "action": action, "created": now_text(),
             "index": None if index_path is None else str(Path(index_path).resolve()), "to": to,
             "kinds": list(kinds), "groups_named": None if named is None else sorted(named),
             "steps": steps, "skipped": skipped}
@@ -182,41 +183,7 @@ def dry_run_text(plan: dict) -> list[str]:
     return lines
 
 
-def load_plan(plan_path) -> dict:
-    """The plan stored in ``plan_path``; ValueError (one line naming the file) when it is not one."""
-    try:
-        plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{plan_path}: cannot read the plan file ({exc.strerror}).") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"{plan_path}: not a duplicates plan file (not JSON).") from None
-    _check_plan(plan, plan_path)
-    return plan
-
-
-def _check_plan(plan, plan_path) -> None:
-    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
-        raise ValueError(f"{plan_path}: not a duplicates plan file (format {PLAN_FORMAT!r} expected).")
-    if plan.get("version") != PLAN_VERSION:
-        raise ValueError(f"{plan_path}: duplicates plan version {plan.get('version')!r}; this library reads "
-                         f"version {PLAN_VERSION}.")
-    if plan.get("action") not in ACTIONS or not isinstance(plan.get("steps"), list):
-        raise ValueError(f"{plan_path}: damaged duplicates plan file (action or steps missing).")
-
-
 # ---------------------------------------------------------------------------------------------------- files
-def _trash(step: dict, record) -> None:
-    """Move ``step["path"]`` to the trash: its ``.trashinfo`` first (:func:`trash_entry`), recorded in the plan,
-    then the file."""
-    step["trash_file"], step["trash_info"] = trash_entry(step["path"])
-    record()
-    try:
-        move_file(step["path"], step["trash_file"], step["sha"])
-    except BaseException:
-        os.unlink(step["trash_info"])
-        raise
-
-
 def _link(step: dict, record) -> str:
     """Replace ``step["path"]`` by a link to its keeper, made at a temporary name then renamed over it; the status."""
     path, keeper = step["path"], step["keeper"]
@@ -269,13 +236,13 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
     words (:func:`~retrieval.app.duplicates.space.freed_text`), the plan file. ValueError (one line) for a plan applied already or made for another
     index.
     """
-    _check_plan(plan, plan_path)
+    check_plan(plan, plan_path)
     if plan.get("applied"):
         raise ValueError(f"{plan_path}: this plan was applied on {plan['applied']}; undo it or make a new plan.")
     here = str(Path(idx.path).resolve())
     if plan.get("index") and plan["index"] != here:
         raise ValueError(f"{plan_path}: the plan was made for the index {plan['index']}, not {here}.")
-    plan.update(index=here, applied=_now())
+    plan.update(index=here, applied=now_text())
 
     def record():
         write_json_atomic(plan_path, plan)
@@ -296,7 +263,7 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
                 record()
                 move_file(step["path"], step["dest"], step["sha"])
             elif action == "trash":
-                _trash(step, record)
+                trash_step(step, record)
             else:
                 step["status"] = _link(step, record)
                 continue
@@ -313,7 +280,7 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
         except BaseException as exc:   # the index unchanged: the files go back, nothing is left half done
             _put_back(plan, exc, plan_path)
             raise
-    plan["index_updated"] = _now()
+    plan["index_updated"] = now_text()
     record()
     counts = {s: sum(st["status"] == s for st in plan["steps"]) for s in ("done", "failed")}
     done = [s for s in plan["steps"] if s["status"] == "done"]
@@ -324,10 +291,6 @@ def apply_plan(idx, plan: dict, *, plan_path) -> dict:
             "bytes_not_freed": held, "freed": freed_text(action, freed, held, plan.get("to")), "plan": str(plan_path)}
 
 
-def _inside(path: str, roots) -> bool:
-    return any(path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def _leave_index(idx, plan: dict) -> None:
     """Moved and trashed files leave the index (and its later syncs), and their new places in followed folders are
     kept out of it: ONE commit (:meth:`Writer.remove <retrieval.app.index_build.Writer.remove>`), made or not."""
@@ -335,7 +298,7 @@ def _leave_index(idx, plan: dict) -> None:
     indexed = [s["path"] for s in done if idx.catalog.row_by_path(s["path"]) is not None]
     roots = idx.roots
     places = [s.get("dest") or s.get("trash_file") for s in done]
-    inside = [p for p in places if p and _inside(p, roots)]
+    inside = [p for p in places if p and inside_any(p, roots)]
     if indexed:
         idx.writer().remove(indexed, exclude=inside)
     elif inside:
@@ -344,150 +307,27 @@ def _leave_index(idx, plan: dict) -> None:
     plan["excluded"] = inside
 
 
-def _record_quietly(plan_path, plan: dict) -> None:
-    """Write the plan file, on the error path: a failure to write it is not allowed to hide the first error."""
-    try:
-        write_json_atomic(plan_path, plan)
-    except OSError:
-        pass
-
-
 def _put_back(plan: dict, exc: BaseException, plan_path) -> None:
     """The index refused the change of an applied plan (``exc``): every step done or started is reversed (the files
     back at their places, newest first), so that the plan changed nothing; the plan records it (``undo`` of each
     step, ``index_failed``, and ``undone`` when every file is back: an undo then has nothing left to do)."""
+
     reason = f"the index could not be updated ({exc}): put back"
     back = True
     for step in reversed(plan["steps"]):
         if step["status"] not in ("done", "started"):
             continue
         try:
-            step["undo"], why = _undo_step(plan["action"], step, plan.get("to"))
+            step["undo"], why = undo_step(plan["action"], step, plan.get("to"))
         except OSError as err:
             step["undo"], why = "failed", f"{err.filename or step['path']}: {err.strerror or err}"
         step["undo_reason"] = why or reason
         back = back and step["undo"] in ("done", "not-done")
-        _record_quietly(plan_path, plan)
+        record_quietly(plan_path, plan)
     plan["index_failed"] = str(exc)
     if back:
-        plan["undone"] = _now()
-    _record_quietly(plan_path, plan)
+        plan["undone"] = now_text()
+    record_quietly(plan_path, plan)
 
 
 # ---------------------------------------------------------------------------------------------------- undo
-def _prune(folder: str, top: str | None) -> None:
-    """Remove the empty folders from ``folder`` up to (not including) ``top``."""
-    while top and _inside(folder, [top]):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            return
-        folder = os.path.dirname(folder)
-
-
-def _undo_step(action: str, step: dict, to: str | None) -> tuple[str, str | None]:
-    """Reverse one step (done or started); (undo status, reason)."""
-    path = step["path"]
-    if action == "link":
-        tmp = step.get("tmp")
-        if tmp and os.path.lexists(tmp):
-            os.unlink(tmp)   # a link made by an interrupted step, never renamed over the file
-        if not os.path.lexists(path):
-            return "missing", "the file is gone"
-        keeper = step["keeper"]
-        if not (os.path.islink(path) or (os.path.exists(keeper) and os.path.samefile(path, keeper))):
-            return ("changed", "no longer a link to its keeper: left as it is") if step["status"] == "done" else (
-                "not-done", "the step had not replaced the file")
-        copy = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.copy.tmp")
-        try:
-            shutil.copyfile(path, copy)
-            with open(copy, "rb+") as fh:
-                os.fsync(fh.fileno())
-            if file_hash(copy) != step["sha"]:
-                return "changed", "its keeper changed since: the link is left"
-            os.chmod(copy, step.get("mode", 0o644))
-            if "mtime_ns" in step:
-                os.utime(copy, ns=(step["mtime_ns"], step["mtime_ns"]))
-            os.replace(copy, path)
-        finally:
-            if os.path.lexists(copy):
-                os.unlink(copy)
-        fsync_dir(os.path.dirname(path))
-        return "done", None
-    place = step.get("dest") if action == "move" else step.get("trash_file")
-    if not place or not os.path.lexists(place):
-        if action == "trash" and step.get("trash_info") and os.path.lexists(path):
-            Path(step["trash_info"]).unlink(missing_ok=True)   # interrupted before the file was moved
-        return ("missing", f"{place} is gone") if step["status"] == "done" else ("not-done", "never moved")
-    if os.path.lexists(path):
-        return "exists", f"{path} exists: not overwritten"
-    move_file(place, path)
-    if action == "trash":
-        Path(step["trash_info"]).unlink(missing_ok=True)
-    else:
-        _prune(os.path.dirname(place), to)
-    return "done", None
-
-
-def _redo(plan: dict, undone: list, exc: BaseException, plan_path) -> None:
-    """The index refused to take back the files an undo put back (``exc``): each goes back where the plan had put
-    it (moved again, or to the trash again), so that the undo changed nothing and can be run again."""
-    for step in undone:
-        try:
-            if plan["action"] == "trash":
-                _trash(step, lambda: _record_quietly(plan_path, plan))
-            else:
-                move_file(step["path"], step["dest"], step["sha"])
-            step.pop("undo", None)
-            step["undo_reason"] = f"the index could not take the file back ({exc}): left where the plan had put it"
-        except OSError as err:
-            step["undo_reason"] = (f"the index could not take the file back ({exc}) and it could not be put where "
-                                   f"the plan had put it ({err.filename or step['path']}: {err.strerror or err})")
-        _record_quietly(plan_path, plan)
-
-
-def undo_plan(idx, plan_path) -> dict:
-    """Reverse the steps of an applied plan (done, or started by an interrupted run), newest first: moved and
-    trashed files go back (never over a file now at their place), links become independent copies of the keeper's
-    bytes; then the index takes the files back (:meth:`Index.include <retrieval.app.index.Index.include>`, their
-    moved places no longer excluded, :meth:`Index.add <retrieval.app.index.Index.add>`).
-
-    Returns ``{"restored", "skipped", "failed", "plan"}``. ValueError (one line) for a file that is not a plan, or
-    a plan undone already.
-    """
-    plan = load_plan(plan_path)
-    if plan.get("undone"):
-        raise ValueError(f"{plan_path}: this plan was undone on {plan['undone']}.")
-    action, restored = plan["action"], []
-    for step in reversed(plan["steps"]):
-        if step["status"] not in ("done", "started"):
-            continue
-        try:
-            step["undo"], reason = _undo_step(action, step, plan.get("to"))
-        except OSError as exc:
-            step["undo"], reason = "failed", f"{exc.filename or step['path']}: {exc.strerror or exc}"
-        if reason:
-            step["undo_reason"] = reason
-        if step["undo"] == "done":
-            restored.append(step["path"])
-        write_json_atomic(plan_path, plan)
-    if action != "link":
-        undone = [s for s in plan["steps"] if s.get("undo") == "done"]
-        back = [s["path"] for s in undone]
-        places = {s.get("dest") or s.get("trash_file") for s in undone}
-        include = back + [p for p in plan.get("excluded") or [] if p in places]
-        removed = set(plan.get("removed") or [])
-        again = [p for p in back if p in removed]
-        try:   # ONE commit: the files indexed again and no longer excluded, or nothing
-            if again:
-                idx.writer().add(again, include=include)
-            elif include:
-                idx.writer().include(include)
-        except BaseException as exc:   # the index unchanged: the files go back where the plan had put them
-            _redo(plan, undone, exc, plan_path)
-            raise
-    plan["undone"] = _now()
-    write_json_atomic(plan_path, plan)
-    undo = [s.get("undo") for s in plan["steps"] if s["status"] in ("done", "started")]
-    return {"restored": len(restored), "failed": undo.count("failed"),
-            "skipped": len(undo) - len(restored) - undo.count("failed"), "plan": str(plan_path)}
